@@ -1,0 +1,4 @@
+//! edgetam: real-time EdgeTAM video object tracking in Rust.
+//!
+//! This facade re-exports the workspace crates; see the README for status of each part.
+pub use edgetam_tracker as tracker;

@@ -1,0 +1,1 @@
+//! EdgeTAM model.
