@@ -1,1 +1,29 @@
-//! EdgeTAM model.
+//! EdgeTAM on candle: the model, one module per stage, and (later) per-stream tracking state.
+//!
+//! Every stage is checked against transformers' `EdgeTamVideoModel` on deterministic random
+//! weights (see `tools/reference/` and the tests). Functions take the [`candle_core::Device`]
+//! their tensors live on, so the CPU and CUDA paths share this code.
+
+pub mod checks;
+pub mod compare;
+pub mod config;
+pub mod error;
+pub mod fixture;
+pub mod image_encoder;
+pub mod layers;
+pub mod mask_decoder;
+pub mod model;
+pub mod original_keys;
+pub mod position_encoding;
+pub mod postprocess;
+pub mod preprocess;
+pub mod prompt_encoder;
+pub mod repvit;
+pub mod two_way_transformer;
+pub mod vision_neck;
+pub mod weights;
+
+pub use config::EdgeTamConfig;
+pub use error::{Error, Result};
+pub use model::{EdgeTam, Prompt, Segmentation};
+pub use weights::Weights;

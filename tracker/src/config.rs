@@ -1,0 +1,276 @@
+//! Model configuration, read from a transformers `config.json` (`EdgeTamVideoConfig`).
+//!
+//! Only the fields this implementation uses are parsed; each defaults to transformers' default so
+//! a partial config behaves as it would in Python. Every tensor shape in the model derives from
+//! these values (nothing is hard-coded to a 1024 input).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The whole EdgeTAM video model config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct EdgeTamConfig {
+    /// Side of the square model input (1024 for the released model).
+    pub image_size: usize,
+    pub vision_config: VisionConfig,
+    pub prompt_encoder_config: PromptEncoderConfig,
+    pub mask_decoder_config: MaskDecoderConfig,
+    pub num_maskmem: usize,
+    pub sigmoid_scale_for_mem_enc: f64,
+    pub sigmoid_bias_for_mem_enc: f64,
+    pub enable_occlusion_spatial_embedding: bool,
+    pub enable_temporal_pos_encoding_for_object_pointers: bool,
+    pub multimask_output_in_sam: bool,
+    pub multimask_min_pt_num: usize,
+    pub multimask_max_pt_num: usize,
+    pub multimask_output_for_tracking: bool,
+    pub max_object_pointers_in_encoder: usize,
+    pub max_cond_frame_num: i64,
+    pub memory_encoder_output_channels: usize,
+}
+
+impl Default for EdgeTamConfig {
+    fn default() -> Self {
+        Self {
+            image_size: 1024,
+            vision_config: VisionConfig::default(),
+            prompt_encoder_config: PromptEncoderConfig::default(),
+            mask_decoder_config: MaskDecoderConfig::default(),
+            num_maskmem: 7,
+            sigmoid_scale_for_mem_enc: 20.0,
+            sigmoid_bias_for_mem_enc: -10.0,
+            // The released EdgeTAM turns both off (transformers' defaults turn them on).
+            enable_occlusion_spatial_embedding: false,
+            enable_temporal_pos_encoding_for_object_pointers: false,
+            multimask_output_in_sam: true,
+            multimask_min_pt_num: 0,
+            multimask_max_pt_num: 1,
+            multimask_output_for_tracking: true,
+            max_object_pointers_in_encoder: 16,
+            max_cond_frame_num: -1,
+            memory_encoder_output_channels: 64,
+        }
+    }
+}
+
+/// `vision_config`: RepViT backbone (through timm) + FPN neck.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct VisionConfig {
+    pub backbone_config: BackboneConfig,
+    /// Backbone channels from the deepest stage to the shallowest (384, 192, 96, 48).
+    pub backbone_channel_list: Vec<usize>,
+    /// Spatial sizes of the three FPN levels the model uses, high resolution first.
+    pub backbone_feature_sizes: Vec<[usize; 2]>,
+    pub fpn_hidden_size: usize,
+    pub fpn_kernel_size: usize,
+    pub fpn_stride: usize,
+    pub fpn_padding: usize,
+    pub fpn_top_down_levels: Vec<usize>,
+    pub num_feature_levels: usize,
+}
+
+impl Default for VisionConfig {
+    fn default() -> Self {
+        Self {
+            backbone_config: BackboneConfig::default(),
+            backbone_channel_list: vec![384, 192, 96, 48],
+            backbone_feature_sizes: vec![[256, 256], [128, 128], [64, 64]],
+            fpn_hidden_size: 256,
+            fpn_kernel_size: 1,
+            fpn_stride: 1,
+            fpn_padding: 0,
+            fpn_top_down_levels: vec![2, 3],
+            num_feature_levels: 3,
+        }
+    }
+}
+
+/// `vision_config.backbone_config`: a timm wrapper; only `repvit_m1` is implemented.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct BackboneConfig {
+    pub architecture: Option<String>,
+    /// transformers' default vision config misspells the key ("archirecture") and so silently
+    /// builds a resnet50; we read it only to report that trap clearly.
+    pub archirecture: Option<String>,
+    pub model_type: Option<String>,
+}
+
+impl Default for BackboneConfig {
+    fn default() -> Self {
+        Self {
+            architecture: Some("repvit_m1".into()),
+            archirecture: None,
+            model_type: Some("timm_wrapper".into()),
+        }
+    }
+}
+
+/// `prompt_encoder_config`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct PromptEncoderConfig {
+    pub hidden_size: usize,
+    pub image_size: usize,
+    pub patch_size: usize,
+    pub mask_input_channels: usize,
+    pub num_point_embeddings: usize,
+    pub layer_norm_eps: f64,
+}
+
+impl Default for PromptEncoderConfig {
+    fn default() -> Self {
+        Self {
+            hidden_size: 256,
+            image_size: 1024,
+            patch_size: 16,
+            mask_input_channels: 16,
+            num_point_embeddings: 4,
+            layer_norm_eps: 1e-6,
+        }
+    }
+}
+
+/// `mask_decoder_config`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct MaskDecoderConfig {
+    pub hidden_size: usize,
+    pub mlp_dim: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub attention_downsample_rate: usize,
+    pub num_multimask_outputs: usize,
+    pub iou_head_depth: usize,
+    pub iou_head_hidden_dim: usize,
+    pub dynamic_multimask_via_stability: bool,
+    pub dynamic_multimask_stability_delta: f64,
+    pub dynamic_multimask_stability_thresh: f64,
+}
+
+impl Default for MaskDecoderConfig {
+    fn default() -> Self {
+        Self {
+            hidden_size: 256,
+            mlp_dim: 2048,
+            num_hidden_layers: 2,
+            num_attention_heads: 8,
+            attention_downsample_rate: 2,
+            num_multimask_outputs: 3,
+            iou_head_depth: 3,
+            iou_head_hidden_dim: 256,
+            dynamic_multimask_via_stability: true,
+            dynamic_multimask_stability_delta: 0.05,
+            dynamic_multimask_stability_thresh: 0.98,
+        }
+    }
+}
+
+impl EdgeTamConfig {
+    /// Reads and validates a transformers `config.json`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|e| match e {
+            Error::Config { message, .. } => Error::Config {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates config JSON text.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let cfg: Self = serde_json::from_str(text).map_err(|e| Error::Config {
+            path: "<json>".into(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The default (released EdgeTAM) config with every size derived from `image_size`.
+    pub fn with_image_size(image_size: usize) -> Result<Self> {
+        let mut cfg = Self::default();
+        let s = image_size;
+        cfg.image_size = s;
+        cfg.prompt_encoder_config.image_size = s;
+        cfg.vision_config.backbone_feature_sizes = vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |message: String| {
+            Err(Error::Config {
+                path: "<json>".into(),
+                message,
+            })
+        };
+        let bb = &self.vision_config.backbone_config;
+        match bb.architecture.as_deref() {
+            Some("repvit_m1") => {}
+            Some(other) => {
+                return bad(format!(
+                    "backbone architecture `{other}` is not supported (EdgeTAM uses `repvit_m1`)"
+                ))
+            }
+            None if bb.archirecture.is_some() => {
+                return bad("backbone config has the misspelled key `archirecture` and no `architecture`: \
+                     transformers builds a resnet50 from it, not EdgeTAM's repvit_m1"
+                    .into())
+            }
+            None => return bad("backbone config names no `architecture` (expected `repvit_m1`)".into()),
+        }
+        let s = self.image_size;
+        if s == 0 || s % 64 != 0 {
+            return bad(format!("image_size {s} must be a positive multiple of 64"));
+        }
+        if self.prompt_encoder_config.image_size != s {
+            return bad(format!(
+                "prompt_encoder_config.image_size {} differs from image_size {s}",
+                self.prompt_encoder_config.image_size
+            ));
+        }
+        let v = &self.vision_config;
+        let expected = [[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
+        if v.backbone_feature_sizes.as_slice() != expected {
+            return bad(format!(
+                "backbone_feature_sizes {:?} do not match image_size {s} (expected {expected:?})",
+                v.backbone_feature_sizes
+            ));
+        }
+        if v.backbone_channel_list != [384, 192, 96, 48] {
+            return bad(format!(
+                "backbone_channel_list {:?} is not RepViT-M1's [384, 192, 96, 48]",
+                v.backbone_channel_list
+            ));
+        }
+        if v.num_feature_levels != 3 || v.fpn_kernel_size != 1 || v.fpn_stride != 1 || v.fpn_padding != 0 {
+            return bad("only EdgeTAM's FPN (3 levels, 1x1 convs) is supported".into());
+        }
+        if s / self.prompt_encoder_config.patch_size != s / 16 {
+            return bad("prompt_encoder_config.patch_size must be 16".into());
+        }
+        Ok(())
+    }
+
+    /// Side of the image embedding (the stride-16 FPN level): 64 at 1024.
+    pub fn embed_size(&self) -> usize {
+        self.image_size / self.prompt_encoder_config.patch_size
+    }
+
+    /// Side of the low-resolution masks the decoder predicts (4 x the embedding): 256 at 1024.
+    pub fn low_res_mask_size(&self) -> usize {
+        4 * self.embed_size()
+    }
+}

@@ -1,0 +1,53 @@
+//! Typed errors of the tracker crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while loading or running EdgeTAM.
+///
+/// Messages name the offending file, key, prompt or frame so a user can act on them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` is malformed or describes a model this crate does not implement.
+    #[error("invalid model config {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    /// A weight file is truncated, corrupt or not a checkpoint.
+    #[error("cannot load weights from {path}: {message}")]
+    WeightFile { path: PathBuf, message: String },
+    /// A tensor the model needs is absent from the checkpoint.
+    #[error("missing weight `{key}` in {path}")]
+    MissingWeight { key: String, path: PathBuf },
+    /// A tensor exists but has the wrong shape.
+    #[error("weight `{key}` in {path} has shape {actual:?}, expected {expected:?}")]
+    WeightShape {
+        key: String,
+        path: PathBuf,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
+    /// The checkpoint holds tensors the model does not use (a different model or version).
+    #[error("{count} unexpected weight(s) in {path}, e.g. `{first}`")]
+    UnexpectedWeights {
+        count: usize,
+        first: String,
+        path: PathBuf,
+    },
+    /// A frame or image does not match what its description says.
+    #[error("invalid image: {0}")]
+    InvalidImage(String),
+    /// A prompt is malformed or lies outside the image.
+    #[error("invalid prompt: {0}")]
+    InvalidPrompt(String),
+    /// An error from the tensor engine (a bug or an unsupported device operation).
+    #[error("tensor error: {0}")]
+    Tensor(#[from] candle_core::Error),
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
