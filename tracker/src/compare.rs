@@ -45,7 +45,11 @@ pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
     }
     let mean = sum / n;
     let var = e.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / n;
-    let rel_l2 = if e2 > 0.0 { (d2 / e2).sqrt() } else { d2.sqrt() };
+    let rel_l2 = if e2 > 0.0 {
+        (d2 / e2).sqrt()
+    } else {
+        d2.sqrt()
+    };
     let cosine = if e2 > 0.0 && a2 > 0.0 {
         dot / (e2.sqrt() * a2.sqrt())
     } else if e2 == a2 {
@@ -78,5 +82,9 @@ pub fn mask_iou(a: &Tensor, b: &Tensor) -> Result<f64> {
         inter += (x && y) as usize;
         union += (x || y) as usize;
     }
-    Ok(if union == 0 { 1.0 } else { inter as f64 / union as f64 })
+    Ok(if union == 0 {
+        1.0
+    } else {
+        inter as f64 / union as f64
+    })
 }

@@ -204,7 +204,8 @@ impl EdgeTamConfig {
         let s = image_size;
         cfg.image_size = s;
         cfg.prompt_encoder_config.image_size = s;
-        cfg.vision_config.backbone_feature_sizes = vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
+        cfg.vision_config.backbone_feature_sizes =
+            vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
         cfg.validate()?;
         Ok(cfg)
     }
@@ -225,11 +226,15 @@ impl EdgeTamConfig {
                 ))
             }
             None if bb.archirecture.is_some() => {
-                return bad("backbone config has the misspelled key `archirecture` and no `architecture`: \
+                return bad(
+                    "backbone config has the misspelled key `archirecture` and no `architecture`: \
                      transformers builds a resnet50 from it, not EdgeTAM's repvit_m1"
-                    .into())
+                        .into(),
+                )
             }
-            None => return bad("backbone config names no `architecture` (expected `repvit_m1`)".into()),
+            None => {
+                return bad("backbone config names no `architecture` (expected `repvit_m1`)".into())
+            }
         }
         let s = self.image_size;
         if s == 0 || s % 64 != 0 {
@@ -255,7 +260,11 @@ impl EdgeTamConfig {
                 v.backbone_channel_list
             ));
         }
-        if v.num_feature_levels != 3 || v.fpn_kernel_size != 1 || v.fpn_stride != 1 || v.fpn_padding != 0 {
+        if v.num_feature_levels != 3
+            || v.fpn_kernel_size != 1
+            || v.fpn_stride != 1
+            || v.fpn_padding != 0
+        {
             return bad("only EdgeTAM's FPN (3 levels, 1x1 convs) is supported".into());
         }
         if s / self.prompt_encoder_config.patch_size != s / 16 {

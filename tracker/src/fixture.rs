@@ -30,11 +30,16 @@ impl Fixture {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "fixture file not found"),
             });
         }
-        let tensors = candle_core::safetensors::load(&file, device).map_err(|e| Error::WeightFile {
-            path: file.clone(),
-            message: e.to_string(),
-        })?;
-        Ok(Self { dir, config, tensors })
+        let tensors =
+            candle_core::safetensors::load(&file, device).map_err(|e| Error::WeightFile {
+                path: file.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            dir,
+            config,
+            tensors,
+        })
     }
 
     /// A tensor by name; an error naming it if absent.
@@ -73,5 +78,6 @@ pub fn subsample(t: &Tensor, grid: usize) -> Result<Tensor> {
     let cols: Vec<u32> = (0..w).step_by(step).map(|i| i as u32).collect();
     let rows = Tensor::new(rows.as_slice(), t.device())?;
     let cols = Tensor::new(cols.as_slice(), t.device())?;
-    Ok(t.index_select(&rows, rank - 2)?.index_select(&cols, rank - 1)?)
+    Ok(t.index_select(&rows, rank - 2)?
+        .index_select(&cols, rank - 1)?)
 }

@@ -44,7 +44,8 @@ impl Weights {
         let format = detect_format(&path)?;
         let raw: Vec<(String, Tensor)> = match format {
             CheckpointFormat::Safetensors => {
-                let map = candle_core::safetensors::load(&path, &Device::Cpu).map_err(|e| file_error(&path, e))?;
+                let map = candle_core::safetensors::load(&path, &Device::Cpu)
+                    .map_err(|e| file_error(&path, e))?;
                 map.into_iter().collect()
             }
             CheckpointFormat::OriginalPt => {
@@ -181,7 +182,8 @@ fn detect_format(path: &Path) -> Result<CheckpointFormat> {
     }
     Err(Error::WeightFile {
         path: path.to_owned(),
-        message: "neither a safetensors file nor a PyTorch zip checkpoint (truncated or corrupt?)".into(),
+        message: "neither a safetensors file nor a PyTorch zip checkpoint (truncated or corrupt?)"
+            .into(),
     })
 }
 

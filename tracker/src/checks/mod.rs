@@ -1,1 +1,71 @@
-//! Stage checks against fixtures.
+//! Stage-by-stage checks against reference fixtures.
+//!
+//! The parity tests and `edgetam check` run the same functions: each stage is fed the fixture's
+//! own inputs (so errors do not compound) and compared with the reference output.
+
+use crate::compare::Comparison;
+
+/// The outcome of one stage check.
+#[derive(Debug, Clone)]
+pub struct StageReport {
+    /// Stage and case, e.g. `backbone.stage2` or `decoder.box.mm1.masks`.
+    pub name: String,
+    pub comparison: Comparison,
+    /// The bar this check had to meet, in words (e.g. `rel_l2 <= 1e-4`).
+    pub limit: String,
+    pub passed: bool,
+}
+
+impl StageReport {
+    /// A check whose bar is a relative L2 error.
+    pub fn rel_l2(name: impl Into<String>, comparison: Comparison, max_rel_l2: f64) -> Self {
+        Self {
+            name: name.into(),
+            passed: comparison.rel_l2 <= max_rel_l2 && comparison.rel_l2.is_finite(),
+            limit: format!("rel_l2 <= {max_rel_l2:e}"),
+            comparison,
+        }
+    }
+
+    /// A check whose bar is a max absolute difference.
+    pub fn max_abs(name: impl Into<String>, comparison: Comparison, max_abs: f64) -> Self {
+        Self {
+            name: name.into(),
+            passed: comparison.max_abs <= max_abs && comparison.max_abs.is_finite(),
+            limit: format!("max_abs <= {max_abs:e}"),
+            comparison,
+        }
+    }
+
+    /// A check with its own pass/fail rule.
+    pub fn custom(
+        name: impl Into<String>,
+        comparison: Comparison,
+        passed: bool,
+        limit: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            comparison,
+            limit: limit.into(),
+            passed,
+        }
+    }
+
+    /// One line: `[ok]   name  rel_l2=… cos=… max_abs=…  (limit)`.
+    pub fn line(&self) -> String {
+        let c = &self.comparison;
+        format!(
+            "{} {:<40} rel_l2={:.2e} cos={:.8} max_abs={:.2e}  ({})",
+            if self.passed { "[ok]  " } else { "[FAIL]" },
+            self.name,
+            c.rel_l2,
+            c.cosine,
+            c.max_abs,
+            self.limit
+        )
+    }
+}
+
+/// The parity bar of the foundation issue: relative L2 error per stage.
+pub const STAGE_REL_L2: f64 = 1e-4;
