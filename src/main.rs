@@ -1,1 +1,321 @@
-fn main() {}
+//! The `edgetam` command-line tool.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use edgetam::tracker::{
+    checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig, MultimaskMode, Point,
+    PointLabel, Prompt, Weights,
+};
+
+#[derive(Parser)]
+#[command(name = "edgetam", version, about = "EdgeTAM object segmentation and tracking in Rust")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Segment one object in one image from a box and/or points.
+    Segment(SegmentArgs),
+    /// Check every model stage against reference fixtures (exit status 1 on any failure).
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// Model: a directory with config.json + model.safetensors, or an original edgetam.pt.
+    #[arg(long, value_name = "PATH", required_unless_present = "random_weights")]
+    model: Option<PathBuf>,
+    /// Use deterministic random weights instead of a checkpoint (runs end to end; masks are
+    /// meaningless).
+    #[arg(long, conflicts_with = "model")]
+    random_weights: bool,
+    /// Model input size for --random-weights (a multiple of 64; the released model uses 1024).
+    #[arg(long, default_value_t = 1024, requires = "random_weights")]
+    size: usize,
+    /// Compute device: `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+#[derive(Args)]
+struct SegmentArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Input image (PNG, JPEG or BMP).
+    #[arg(long, value_name = "FILE")]
+    image: PathBuf,
+    /// Box prompt in image pixels: x0,y0,x1,y1.
+    #[arg(long = "box", value_name = "X0,Y0,X1,Y1", value_parser = parse_box)]
+    bbox: Option<[f32; 4]>,
+    /// Point prompt x,y,label (label 1 = object, 0 = background); repeatable.
+    #[arg(long = "point", value_name = "X,Y,LABEL", value_parser = parse_point)]
+    points: Vec<Point>,
+    /// Ask for three candidate masks and keep the best (default: EdgeTAM's rule, multimask for a
+    /// single point only).
+    #[arg(long)]
+    multimask: bool,
+    /// Output mask PNG (white = object) at the image's resolution.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Also write the image with the mask and prompts drawn over it.
+    #[arg(long, value_name = "FILE")]
+    overlay: Option<PathBuf>,
+    /// Run the model this many times and report median stage times (for timing).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Fixture directory (config.json + image.safetensors), e.g. fixtures/image_256.
+    #[arg(long, value_name = "DIR")]
+    fixtures: PathBuf,
+    /// Weights the fixtures were made with (default: DIR/../model/model.safetensors).
+    #[arg(long, value_name = "FILE")]
+    model: Option<PathBuf>,
+    /// Compute device: `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+fn parse_floats<const N: usize>(s: &str, what: &str) -> std::result::Result<[f32; N], String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.len() != N {
+        return Err(format!("{what} needs {N} comma-separated numbers, got `{s}`"));
+    }
+    let mut out = [0f32; N];
+    for (o, p) in out.iter_mut().zip(&parts) {
+        *o = p
+            .parse::<f32>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| format!("`{p}` in {what} `{s}` is not a number"))?;
+    }
+    Ok(out)
+}
+
+fn parse_box(s: &str) -> std::result::Result<[f32; 4], String> {
+    parse_floats::<4>(s, "--box")
+}
+
+fn parse_point(s: &str) -> std::result::Result<Point, String> {
+    let [x, y, l] = parse_floats::<3>(s, "--point")?;
+    let label = match l as i32 {
+        1 if l == 1.0 => PointLabel::Positive,
+        0 if l == 0.0 => PointLabel::Negative,
+        _ => return Err(format!("point label must be 1 (object) or 0 (background), got `{l}`")),
+    };
+    Ok(Point { x, y, label })
+}
+
+fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
+    let device = parse_device(&args.device)?;
+    if args.random_weights {
+        eprintln!(
+            "warning: --random-weights: the model runs end to end, but its masks are meaningless \
+             (use --model with real EdgeTAM weights for real masks)"
+        );
+        let config = EdgeTamConfig::with_image_size(args.size)?;
+        return Ok(EdgeTam::random(config, 0, &device)?);
+    }
+    let path = args.model.as_deref().context("--model is required")?;
+    let t = Instant::now();
+    let model = EdgeTam::load(path, &device).with_context(|| format!("loading model {}", path.display()))?;
+    eprintln!("loaded {} in {:.2} s", path.display(), t.elapsed().as_secs_f64());
+    Ok(model)
+}
+
+fn read_rgb(path: &Path) -> Result<image::RgbImage> {
+    let img = image::ImageReader::open(path)
+        .with_context(|| format!("cannot open image {}", path.display()))?
+        .with_guessed_format()
+        .with_context(|| format!("cannot read image {}", path.display()))?
+        .decode()
+        .with_context(|| format!("cannot decode image {} (PNG, JPEG or BMP expected)", path.display()))?;
+    Ok(img.to_rgb8())
+}
+
+fn segment(args: SegmentArgs) -> Result<()> {
+    let img = read_rgb(&args.image)?;
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let prompt = Prompt {
+        bbox: args.bbox,
+        points: args.points.clone(),
+    };
+    if prompt.bbox.is_none() && prompt.points.is_empty() {
+        bail!("give a prompt: --box x0,y0,x1,y1 and/or --point x,y,label");
+    }
+    prompt
+        .validate(w, h)
+        .with_context(|| format!("prompt does not fit {} ({w}x{h})", args.image.display()))?;
+    let model = load_model(&args.model)?;
+
+    let mode = if args.multimask { MultimaskMode::On } else { MultimaskMode::Auto };
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    let mut result = None;
+    for _ in 0..args.repeat {
+        let t0 = Instant::now();
+        let pixels = model.preprocess(img.as_raw(), w, h)?;
+        let t1 = Instant::now();
+        let emb = model.encode_pixels(&pixels, (w, h))?;
+        let t2 = Instant::now();
+        let seg = model.segment(&emb, &prompt, mode)?;
+        let (_, mask) = model.mask_at_original(&emb, &seg)?;
+        let mask_u8 = mask.flatten_all()?.to_vec1::<u8>()?;
+        let t3 = Instant::now();
+        for (v, d) in times.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
+            v.push(d.as_secs_f64() * 1e3);
+        }
+        result = Some((seg, mask, mask_u8));
+    }
+    let (seg, mask, mask_u8) = result.context("no run")?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [mut t_pre, mut t_enc, mut t_dec] = times;
+
+    let (area, bbox) = mask_area_and_box(&mask)?;
+    let png: Vec<u8> = mask_u8.iter().map(|&m| if m != 0 { 255 } else { 0 }).collect();
+    image::GrayImage::from_raw(w as u32, h as u32, png)
+        .context("mask buffer size")?
+        .save(&args.out)
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    if let Some(path) = &args.overlay {
+        draw_overlay(&img, &mask_u8, &prompt)
+            .save(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!(
+        "object score {:.3} ({}), predicted IoU {:.3}{}, mask area {} px ({:.1}%), box {}",
+        seg.object_score,
+        if seg.is_present() { "present" } else { "absent" },
+        seg.iou(),
+        if seg.multimask {
+            format!(" (best of {})", seg.iou_scores.len())
+        } else {
+            String::new()
+        },
+        area,
+        100.0 * area as f64 / (w * h) as f64,
+        bbox.map(|[a, b, c, d]| format!("{a},{b},{c},{d}")).unwrap_or_else(|| "none".into()),
+    );
+    println!(
+        "{}preprocess {:.1} ms, image encoder {:.1} ms, prompt + decoder + post-process {:.1} ms; wrote {}",
+        if args.repeat > 1 {
+            format!("median of {} runs: ", args.repeat)
+        } else {
+            String::new()
+        },
+        median(&mut t_pre),
+        median(&mut t_enc),
+        median(&mut t_dec),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// The image with the mask tinted, the box outlined and the points marked.
+fn draw_overlay(img: &image::RgbImage, mask: &[u8], prompt: &Prompt) -> image::RgbImage {
+    let mut out = img.clone();
+    let (w, h) = (img.width(), img.height());
+    for (i, px) in out.pixels_mut().enumerate() {
+        if mask.get(i).copied().unwrap_or(0) != 0 {
+            let tint = [30u8, 144, 255];
+            for c in 0..3 {
+                px[c] = ((px[c] as u16 + tint[c] as u16) / 2) as u8;
+            }
+        }
+    }
+    let mut put = |x: i64, y: i64, color: [u8; 3]| {
+        if x >= 0 && y >= 0 && (x as u32) < w && (y as u32) < h {
+            out.put_pixel(x as u32, y as u32, image::Rgb(color));
+        }
+    };
+    if let Some([x0, y0, x1, y1]) = prompt.bbox {
+        let (x0, y0, x1, y1) = (x0 as i64, y0 as i64, x1 as i64, y1 as i64);
+        for t in 0..2 {
+            for x in x0..=x1 {
+                put(x, y0 + t, [255, 215, 0]);
+                put(x, y1 - t, [255, 215, 0]);
+            }
+            for y in y0..=y1 {
+                put(x0 + t, y, [255, 215, 0]);
+                put(x1 - t, y, [255, 215, 0]);
+            }
+        }
+    }
+    for p in &prompt.points {
+        let color = match p.label {
+            PointLabel::Positive => [0, 220, 0],
+            PointLabel::Negative => [230, 0, 0],
+        };
+        let (cx, cy) = (p.x as i64, p.y as i64);
+        for dy in -4i64..=4 {
+            for dx in -4i64..=4 {
+                if dx * dx + dy * dy <= 16 {
+                    put(cx + dx, cy + dy, color);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check(args: CheckArgs) -> Result<bool> {
+    let device = parse_device(&args.device)?;
+    let fx = Fixture::load(&args.fixtures, &device)
+        .with_context(|| format!("loading fixtures from {}", args.fixtures.display()))?;
+    let model_path = match args.model {
+        Some(p) => p,
+        None => args
+            .fixtures
+            .parent()
+            .map(|p| p.join("model").join("model.safetensors"))
+            .context("cannot find the fixture weights; pass --model")?,
+    };
+    let weights =
+        Weights::load(&model_path, &device).with_context(|| format!("loading weights {}", model_path.display()))?;
+    println!(
+        "checking {} (image size {}) with {} on {}",
+        args.fixtures.display(),
+        fx.config.image_size,
+        model_path.display(),
+        args.device
+    );
+    let t = Instant::now();
+    let reports = checks::run_all(&fx, &weights)?;
+    let failed = reports.iter().filter(|r| !r.passed).count();
+    for r in &reports {
+        println!("{}", r.line());
+    }
+    println!(
+        "{} passed, {} failed ({:.1} s)",
+        reports.len() - failed,
+        failed,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(failed == 0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Segment(args) => segment(args).map(|_| true),
+        Command::Check(args) => check(args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

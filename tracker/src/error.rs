@@ -44,6 +44,9 @@ pub enum Error {
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// The requested compute device is unknown or unavailable in this build.
+    #[error("invalid device {0}")]
+    InvalidDevice(String),
     /// An error from the tensor engine (a bug or an unsupported device operation).
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),

@@ -7,6 +7,7 @@
 pub mod checks;
 pub mod compare;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod fixture;
 pub mod image_encoder;
@@ -24,6 +25,7 @@ pub mod vision_neck;
 pub mod weights;
 
 pub use config::EdgeTamConfig;
+pub use device::parse_device;
 pub use error::{Error, Result};
-pub use model::{EdgeTam, Prompt, Segmentation};
+pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
 pub use weights::Weights;

@@ -124,6 +124,12 @@ impl Weights {
     /// Fails if the checkpoint holds float tensors the model never read (integer BatchNorm
     /// counters are ignored): a sign of a different model or a wrong key map.
     pub fn check_all_used(&self) -> Result<()> {
+        self.check_all_used_except(&[])
+    }
+
+    /// Like [`Weights::check_all_used`], but tolerates unread keys under the given prefixes
+    /// (stages a model variant deliberately does not build).
+    pub fn check_all_used_except(&self, allowed_prefixes: &[&str]) -> Result<()> {
         let used = match self.state.lock() {
             Ok(s) => s.used.clone(),
             Err(_) => HashSet::new(),
@@ -131,7 +137,12 @@ impl Weights {
         let mut extra: Vec<&String> = self
             .tensors
             .iter()
-            .filter(|(k, t)| !used.contains(*k) && t.dtype().is_float() && !is_ignored_key(k))
+            .filter(|(k, t)| {
+                !used.contains(*k)
+                    && t.dtype().is_float()
+                    && !is_ignored_key(k)
+                    && !allowed_prefixes.iter().any(|p| k.starts_with(p))
+            })
             .map(|(k, _)| k)
             .collect();
         extra.sort();
@@ -245,5 +256,71 @@ impl candle_nn::var_builder::SimpleBackend for TrackingBackend {
 
     fn contains_tensor(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
+    }
+}
+
+/// A `VarBuilder` that invents deterministic random tensors of whatever shape is asked for.
+///
+/// For running the whole model without a checkpoint (demos, benchmarks): shapes are right, values
+/// are meaningless. Norm scales and BatchNorm variances stay near 1 so activations stay finite.
+pub fn random_var_builder(seed: u64, device: &Device) -> VarBuilder<'static> {
+    VarBuilder::from_backend(Box::new(RandomBackend { seed }), DType::F32, device.clone())
+}
+
+struct RandomBackend {
+    seed: u64,
+}
+
+impl RandomBackend {
+    fn make(&self, s: &Shape, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
+        // FNV-1a of the name mixed with the seed: each tensor gets its own reproducible stream.
+        let mut state = name
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Uniform in [-1, 1).
+            (state >> 11) as f32 / (1u64 << 52) as f32 - 1.0
+        };
+        let n = s.elem_count();
+        let leaf = name.rsplit('.').next().unwrap_or(name);
+        let is_norm = name.contains("norm") || name.contains(".bn.") || name.contains("layer_norm");
+        let data: Vec<f32> = if leaf == "running_var" {
+            (0..n).map(|_| 1.0 + 0.1 * next()).collect()
+        } else if leaf == "running_mean" || leaf == "bias" {
+            (0..n).map(|_| 0.02 * next()).collect()
+        } else if is_norm && leaf == "weight" {
+            (0..n).map(|_| 1.0 + 0.1 * next()).collect()
+        } else {
+            let dims = s.dims();
+            let fan_in: usize = if dims.len() >= 2 { dims[1..].iter().product() } else { dims.iter().product() };
+            // Uniform with variance 1/fan_in.
+            let a = (3.0 / fan_in.max(1) as f32).sqrt();
+            (0..n).map(|_| a * next()).collect()
+        };
+        Tensor::from_vec(data, s.clone(), dev)
+    }
+}
+
+impl candle_nn::var_builder::SimpleBackend for RandomBackend {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _h: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        self.make(&s, name, dev)?.to_dtype(dtype)
+    }
+
+    fn get_unchecked(&self, name: &str, _dtype: DType, _dev: &Device) -> candle_core::Result<Tensor> {
+        candle_core::bail!("random weights need a shape for `{name}`")
+    }
+
+    fn contains_tensor(&self, _name: &str) -> bool {
+        true
     }
 }

@@ -3,6 +3,8 @@
 //! The parity tests and `edgetam check` run the same functions: each stage is fed the fixture's
 //! own inputs (so errors do not compound) and compared with the reference output.
 
+pub mod frame;
+
 use crate::compare::Comparison;
 
 /// The outcome of one stage check.
@@ -69,3 +71,15 @@ impl StageReport {
 
 /// The parity bar of the foundation issue: relative L2 error per stage.
 pub const STAGE_REL_L2: f64 = 1e-4;
+
+/// Every check that applies to a fixture directory: per-stage vision and decoder checks, then
+/// the end-to-end single-frame path.
+pub fn run_all(
+    fx: &crate::fixture::Fixture,
+    weights: &crate::weights::Weights,
+) -> crate::error::Result<Vec<StageReport>> {
+    let mut reports = vision::run(fx, weights)?;
+    reports.extend(decoder::run(fx, weights)?);
+    reports.extend(frame::run(fx, weights)?);
+    Ok(reports)
+}

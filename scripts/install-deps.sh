@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system packages edgetam-rs needs on Debian 12 (idempotent; run as root or with sudo).
+# The Rust toolchain itself (rustc/cargo >= 1.85) must come from rustup: Debian 12's cargo is too old.
+set -euo pipefail
+
+PACKAGES=(build-essential pkg-config ca-certificates)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "system packages already installed"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found. Install Rust >= 1.85 with rustup (https://rustup.rs), then re-run." >&2
+  exit 1
+fi
+need="1.85"
+have=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+  echo "error: rustc $have is older than $need; run 'rustup update'." >&2
+  exit 1
+fi
