@@ -7,12 +7,16 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use edgetam::tracker::{
-    checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig, MultimaskMode, Point,
-    PointLabel, Prompt, Weights,
+    checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
+    MultimaskMode, Point, PointLabel, Prompt, Weights,
 };
 
 #[derive(Parser)]
-#[command(name = "edgetam", version, about = "EdgeTAM object segmentation and tracking in Rust")]
+#[command(
+    name = "edgetam",
+    version,
+    about = "EdgeTAM object segmentation and tracking in Rust"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -87,7 +91,9 @@ struct CheckArgs {
 fn parse_floats<const N: usize>(s: &str, what: &str) -> std::result::Result<[f32; N], String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     if parts.len() != N {
-        return Err(format!("{what} needs {N} comma-separated numbers, got `{s}`"));
+        return Err(format!(
+            "{what} needs {N} comma-separated numbers, got `{s}`"
+        ));
     }
     let mut out = [0f32; N];
     for (o, p) in out.iter_mut().zip(&parts) {
@@ -109,7 +115,11 @@ fn parse_point(s: &str) -> std::result::Result<Point, String> {
     let label = match l as i32 {
         1 if l == 1.0 => PointLabel::Positive,
         0 if l == 0.0 => PointLabel::Negative,
-        _ => return Err(format!("point label must be 1 (object) or 0 (background), got `{l}`")),
+        _ => {
+            return Err(format!(
+                "point label must be 1 (object) or 0 (background), got `{l}`"
+            ))
+        }
     };
     Ok(Point { x, y, label })
 }
@@ -126,8 +136,13 @@ fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
     }
     let path = args.model.as_deref().context("--model is required")?;
     let t = Instant::now();
-    let model = EdgeTam::load(path, &device).with_context(|| format!("loading model {}", path.display()))?;
-    eprintln!("loaded {} in {:.2} s", path.display(), t.elapsed().as_secs_f64());
+    let model = EdgeTam::load(path, &device)
+        .with_context(|| format!("loading model {}", path.display()))?;
+    eprintln!(
+        "loaded {} in {:.2} s",
+        path.display(),
+        t.elapsed().as_secs_f64()
+    );
     Ok(model)
 }
 
@@ -137,7 +152,12 @@ fn read_rgb(path: &Path) -> Result<image::RgbImage> {
         .with_guessed_format()
         .with_context(|| format!("cannot read image {}", path.display()))?
         .decode()
-        .with_context(|| format!("cannot decode image {} (PNG, JPEG or BMP expected)", path.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot decode image {} (PNG, JPEG or BMP expected)",
+                path.display()
+            )
+        })?;
     Ok(img.to_rgb8())
 }
 
@@ -156,7 +176,11 @@ fn segment(args: SegmentArgs) -> Result<()> {
         .with_context(|| format!("prompt does not fit {} ({w}x{h})", args.image.display()))?;
     let model = load_model(&args.model)?;
 
-    let mode = if args.multimask { MultimaskMode::On } else { MultimaskMode::Auto };
+    let mode = if args.multimask {
+        MultimaskMode::On
+    } else {
+        MultimaskMode::Auto
+    };
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     let mut result = None;
     for _ in 0..args.repeat {
@@ -182,7 +206,10 @@ fn segment(args: SegmentArgs) -> Result<()> {
     let [mut t_pre, mut t_enc, mut t_dec] = times;
 
     let (area, bbox) = mask_area_and_box(&mask)?;
-    let png: Vec<u8> = mask_u8.iter().map(|&m| if m != 0 { 255 } else { 0 }).collect();
+    let png: Vec<u8> = mask_u8
+        .iter()
+        .map(|&m| if m != 0 { 255 } else { 0 })
+        .collect();
     image::GrayImage::from_raw(w as u32, h as u32, png)
         .context("mask buffer size")?
         .save(&args.out)
@@ -195,7 +222,11 @@ fn segment(args: SegmentArgs) -> Result<()> {
     println!(
         "object score {:.3} ({}), predicted IoU {:.3}{}, mask area {} px ({:.1}%), box {}",
         seg.object_score,
-        if seg.is_present() { "present" } else { "absent" },
+        if seg.is_present() {
+            "present"
+        } else {
+            "absent"
+        },
         seg.iou(),
         if seg.multimask {
             format!(" (best of {})", seg.iou_scores.len())
@@ -204,7 +235,8 @@ fn segment(args: SegmentArgs) -> Result<()> {
         },
         area,
         100.0 * area as f64 / (w * h) as f64,
-        bbox.map(|[a, b, c, d]| format!("{a},{b},{c},{d}")).unwrap_or_else(|| "none".into()),
+        bbox.map(|[a, b, c, d]| format!("{a},{b},{c},{d}"))
+            .unwrap_or_else(|| "none".into()),
     );
     println!(
         "{}preprocess {:.1} ms, image encoder {:.1} ms, prompt + decoder + post-process {:.1} ms; wrote {}",
@@ -280,8 +312,8 @@ fn check(args: CheckArgs) -> Result<bool> {
             .map(|p| p.join("model").join("model.safetensors"))
             .context("cannot find the fixture weights; pass --model")?,
     };
-    let weights =
-        Weights::load(&model_path, &device).with_context(|| format!("loading weights {}", model_path.display()))?;
+    let weights = Weights::load(&model_path, &device)
+        .with_context(|| format!("loading weights {}", model_path.display()))?;
     println!(
         "checking {} (image size {}) with {} on {}",
         args.fixtures.display(),

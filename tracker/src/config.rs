@@ -237,7 +237,7 @@ impl EdgeTamConfig {
             }
         }
         let s = self.image_size;
-        if s == 0 || s % 64 != 0 {
+        if s == 0 || !s.is_multiple_of(64) {
             return bad(format!("image_size {s} must be a positive multiple of 64"));
         }
         if self.prompt_encoder_config.image_size != s {

@@ -18,7 +18,9 @@ pub fn parse_device(spec: &str) -> Result<Device> {
         Some(rest) => rest
             .strip_prefix(':')
             .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| Error::InvalidDevice(format!("`{spec}`: expected `cuda:N` with N a GPU index")))?,
+            .ok_or_else(|| {
+                Error::InvalidDevice(format!("`{spec}`: expected `cuda:N` with N a GPU index"))
+            })?,
         None => {
             return Err(Error::InvalidDevice(format!(
                 "`{spec}` is not a device; use `cpu` or `cuda:N`"

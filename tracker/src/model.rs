@@ -83,9 +83,13 @@ impl Prompt {
     /// Checks the prompt against an image of `width` x `height`.
     pub fn validate(&self, width: usize, height: usize) -> Result<()> {
         let (w, h) = (width as f32, height as f32);
-        let inside = |x: f32, y: f32| x.is_finite() && y.is_finite() && (0.0..=w).contains(&x) && (0.0..=h).contains(&y);
+        let inside = |x: f32, y: f32| {
+            x.is_finite() && y.is_finite() && (0.0..=w).contains(&x) && (0.0..=h).contains(&y)
+        };
         if self.bbox.is_none() && self.points.is_empty() {
-            return Err(Error::InvalidPrompt("a prompt needs a box or at least one point".into()));
+            return Err(Error::InvalidPrompt(
+                "a prompt needs a box or at least one point".into(),
+            ));
         }
         if let Some([x0, y0, x1, y1]) = self.bbox {
             if !inside(x0, y0) || !inside(x1, y1) {
@@ -249,7 +253,14 @@ impl EdgeTam {
         let image_pe = ImagePositionalEmbedding::new(&config, vb.pp("shared_image_embedding"))?;
         let mask_decoder = MaskDecoder::new(&config, vb.pp("mask_decoder"))?;
         let no_memory_embedding = vb.get((1, 1, hidden), "no_memory_embedding")?;
-        let object_pointer_proj = FeedForward::new(hidden, hidden, hidden, 3, false, vb.pp("object_pointer_proj"))?;
+        let object_pointer_proj = FeedForward::new(
+            hidden,
+            hidden,
+            hidden,
+            3,
+            false,
+            vb.pp("object_pointer_proj"),
+        )?;
         let no_object_pointer = vb.get((1, hidden), "no_object_pointer")?;
         let dense_pe = image_pe.image_wide(config.embed_size())?;
         Ok(Self {
@@ -302,12 +313,15 @@ impl EdgeTam {
     }
 
     /// Runs the image encoder on already preprocessed pixels `[1,3,S,S]`.
-    pub fn encode_pixels(&self, pixels: &Tensor, original_size: (usize, usize)) -> Result<ImageEmbedding> {
+    pub fn encode_pixels(
+        &self,
+        pixels: &Tensor,
+        original_size: (usize, usize),
+    ) -> Result<ImageEmbedding> {
         let features = self.image_encoder.forward(pixels)?;
-        let level2 = features
-            .fpn
-            .last()
-            .ok_or_else(|| Error::InvalidImage("image encoder returned no feature levels".into()))?;
+        let level2 = features.fpn.last().ok_or_else(|| {
+            Error::InvalidImage("image encoder returned no feature levels".into())
+        })?;
         let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
         let embed = level2.broadcast_add(&no_mem)?;
         Ok(ImageEmbedding {
@@ -318,9 +332,15 @@ impl EdgeTam {
     }
 
     /// Segments one object from a prompt on an encoded image.
-    pub fn segment(&self, image: &ImageEmbedding, prompt: &Prompt, mode: MultimaskMode) -> Result<Segmentation> {
+    pub fn segment(
+        &self,
+        image: &ImageEmbedding,
+        prompt: &Prompt,
+        mode: MultimaskMode,
+    ) -> Result<Segmentation> {
         let (w, h) = image.original_size;
-        let (coords, labels) = prompt.to_model_inputs(w, h, self.config.image_size, &self.device)?;
+        let (coords, labels) =
+            prompt.to_model_inputs(w, h, self.config.image_size, &self.device)?;
         let multimask = match mode {
             MultimaskMode::Auto => self.use_multimask(prompt.num_points()),
             MultimaskMode::On => true,
@@ -332,7 +352,8 @@ impl EdgeTam {
     /// The reference's `_use_multimask` on a prompted frame.
     pub fn use_multimask(&self, num_points: usize) -> bool {
         let c = &self.config;
-        c.multimask_output_in_sam && (c.multimask_min_pt_num..=c.multimask_max_pt_num).contains(&num_points)
+        c.multimask_output_in_sam
+            && (c.multimask_min_pt_num..=c.multimask_max_pt_num).contains(&num_points)
     }
 
     /// `_single_frame_forward` for one object given model-input points `[1,1,N,2]` and labels.
@@ -361,7 +382,13 @@ impl EdgeTam {
             iou_scores
                 .iter()
                 .enumerate()
-                .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best })
+                .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
+                    if v > best.1 {
+                        (i, v)
+                    } else {
+                        best
+                    }
+                })
                 .0
         } else {
             0
@@ -393,7 +420,11 @@ impl EdgeTam {
     }
 
     /// Mask logits at the original image resolution `[1,1,H,W]` and the binary mask `[H,W]` (u8).
-    pub fn mask_at_original(&self, image: &ImageEmbedding, seg: &Segmentation) -> Result<(Tensor, Tensor)> {
+    pub fn mask_at_original(
+        &self,
+        image: &ImageEmbedding,
+        seg: &Segmentation,
+    ) -> Result<(Tensor, Tensor)> {
         let (w, h) = image.original_size;
         let logits = postprocess::resize_logits(&seg.low_res_logits, h, w)?;
         let mask = postprocess::binarize(&logits)?.reshape((h, w))?;
@@ -438,10 +469,15 @@ fn resolve_model_paths(path: &Path) -> Result<(Option<PathBuf>, PathBuf)> {
                 return Ok((Some(config), w));
             }
         }
-        return Err(not_found("model directory has neither model.safetensors nor edgetam.pt"));
+        return Err(not_found(
+            "model directory has neither model.safetensors nor edgetam.pt",
+        ));
     }
     if path.is_file() {
-        let config = path.parent().map(|p| p.join("config.json")).filter(|p| p.is_file());
+        let config = path
+            .parent()
+            .map(|p| p.join("config.json"))
+            .filter(|p| p.is_file());
         return Ok((config, path.to_owned()));
     }
     Err(not_found("no such model file or directory"))

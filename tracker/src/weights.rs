@@ -276,7 +276,9 @@ impl RandomBackend {
         // FNV-1a of the name mixed with the seed: each tensor gets its own reproducible stream.
         let mut state = name
             .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            .fold(0xcbf2_9ce4_8422_2325u64 ^ self.seed, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
         let mut next = move || {
             state ^= state << 13;
             state ^= state >> 7;
@@ -295,7 +297,11 @@ impl RandomBackend {
             (0..n).map(|_| 1.0 + 0.1 * next()).collect()
         } else {
             let dims = s.dims();
-            let fan_in: usize = if dims.len() >= 2 { dims[1..].iter().product() } else { dims.iter().product() };
+            let fan_in: usize = if dims.len() >= 2 {
+                dims[1..].iter().product()
+            } else {
+                dims.iter().product()
+            };
             // Uniform with variance 1/fan_in.
             let a = (3.0 / fan_in.max(1) as f32).sqrt();
             (0..n).map(|_| a * next()).collect()
@@ -316,7 +322,12 @@ impl candle_nn::var_builder::SimpleBackend for RandomBackend {
         self.make(&s, name, dev)?.to_dtype(dtype)
     }
 
-    fn get_unchecked(&self, name: &str, _dtype: DType, _dev: &Device) -> candle_core::Result<Tensor> {
+    fn get_unchecked(
+        &self,
+        name: &str,
+        _dtype: DType,
+        _dev: &Device,
+    ) -> candle_core::Result<Tensor> {
         candle_core::bail!("random weights need a shape for `{name}`")
     }
 

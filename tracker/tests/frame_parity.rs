@@ -13,7 +13,8 @@ fn fixtures() -> PathBuf {
 fn run(dir: &str) {
     let device = Device::Cpu;
     let fx = Fixture::load(fixtures().join(dir), &device).expect("fixture");
-    let weights = Weights::load(fixtures().join("model/model.safetensors"), &device).expect("weights");
+    let weights =
+        Weights::load(fixtures().join("model/model.safetensors"), &device).expect("weights");
     let reports = checks::frame::run(&fx, &weights).expect("single-frame run");
     assert!(reports.len() >= 8, "too few checks ran: {}", reports.len());
     let mut failed = Vec::new();

@@ -11,7 +11,8 @@ fn fixtures() -> PathBuf {
 }
 
 fn fixture_tensors() -> HashMap<String, Tensor> {
-    let w = Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
+    let w =
+        Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
     w.tensors().clone()
 }
 
@@ -45,7 +46,10 @@ fn missing_tensor_is_named() {
 fn misshaped_tensor_is_named() {
     let mut t = fixture_tensors();
     let key = "prompt_encoder.point_embed.weight";
-    t.insert(key.into(), Tensor::zeros((3, 256), DType::F32, &Device::Cpu).unwrap());
+    t.insert(
+        key.into(),
+        Tensor::zeros((3, 256), DType::F32, &Device::Cpu).unwrap(),
+    );
     match build(t) {
         Err(Error::WeightShape { key: k, actual, .. }) => {
             assert_eq!(k, key);
@@ -59,7 +63,10 @@ fn misshaped_tensor_is_named() {
 #[test]
 fn unexpected_tensor_is_named() {
     let mut t = fixture_tensors();
-    t.insert("mask_decoder.extra_head.weight".into(), Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap());
+    t.insert(
+        "mask_decoder.extra_head.weight".into(),
+        Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap(),
+    );
     match build(t) {
         Err(Error::UnexpectedWeights { first, count, .. }) => {
             assert_eq!(first, "mask_decoder.extra_head.weight");
@@ -72,7 +79,9 @@ fn unexpected_tensor_is_named() {
 
 #[test]
 fn missing_model_path_is_an_error() {
-    let err = EdgeTam::load("/nonexistent/edgetam", &Device::Cpu).err().expect("must fail");
+    let err = EdgeTam::load("/nonexistent/edgetam", &Device::Cpu)
+        .err()
+        .expect("must fail");
     assert!(err.to_string().contains("/nonexistent/edgetam"), "{err}");
 }
 
@@ -85,7 +94,12 @@ fn resnet_typo_config_is_rejected() {
 
 #[test]
 fn random_weights_run_end_to_end() {
-    let model = EdgeTam::random(EdgeTamConfig::with_image_size(256).unwrap(), 0, &Device::Cpu).unwrap();
+    let model = EdgeTam::random(
+        EdgeTamConfig::with_image_size(256).unwrap(),
+        0,
+        &Device::Cpu,
+    )
+    .unwrap();
     let (w, h) = (90usize, 60usize);
     let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
     let emb = model.encode_image(&rgb, w, h).unwrap();

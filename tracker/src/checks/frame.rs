@@ -32,7 +32,11 @@ pub fn fixture_prompt(fx: &Fixture, case: &str) -> Result<Prompt> {
             prompt.points.push(Point {
                 x: p[0],
                 y: p[1],
-                label: if l == 1 { PointLabel::Positive } else { PointLabel::Negative },
+                label: if l == 1 {
+                    PointLabel::Positive
+                } else {
+                    PointLabel::Negative
+                },
             });
         }
     }
@@ -42,16 +46,30 @@ pub fn fixture_prompt(fx: &Fixture, case: &str) -> Result<Prompt> {
 /// Decoder-logit bar of the issue: rel L2 <= 1e-4 and max |diff| <= 1e-3 x the reference's std.
 pub fn logits_report(name: String, ours: &Tensor, reference: &Tensor) -> Result<StageReport> {
     let c = compare(ours, reference)?;
-    let passed = c.rel_l2 <= STAGE_REL_L2 && c.max_abs <= 1e-3 * c.expected_std.max(f64::MIN_POSITIVE);
-    Ok(StageReport::custom(name, c, passed, "rel_l2 <= 1e-4, max_abs <= 1e-3*std"))
+    let passed =
+        c.rel_l2 <= STAGE_REL_L2 && c.max_abs <= 1e-3 * c.expected_std.max(f64::MIN_POSITIVE);
+    Ok(StageReport::custom(
+        name,
+        c,
+        passed,
+        "rel_l2 <= 1e-4, max_abs <= 1e-3*std",
+    ))
 }
 
 /// Binary-mask bar: IoU >= 0.999 (reported in the `cosine` column as the IoU).
 pub fn mask_report(name: String, ours: &Tensor, reference: &Tensor) -> Result<StageReport> {
-    let mut c = compare(&ours.to_dtype(DType::F32)?, &reference.to_dtype(DType::F32)?)?;
+    let mut c = compare(
+        &ours.to_dtype(DType::F32)?,
+        &reference.to_dtype(DType::F32)?,
+    )?;
     let iou = mask_iou(ours, reference)?;
     c.cosine = iou;
-    Ok(StageReport::custom(name, c, iou >= 0.999, "IoU >= 0.999 (cos column = IoU)"))
+    Ok(StageReport::custom(
+        name,
+        c,
+        iou >= 0.999,
+        "IoU >= 0.999 (cos column = IoU)",
+    ))
 }
 
 /// Runs the single-frame model on the fixture's raw image and prompts.
@@ -74,21 +92,36 @@ pub fn run_with_model(fx: &Fixture, model: &EdgeTam) -> Result<Vec<StageReport>>
             continue;
         }
         let prompt = fixture_prompt(fx, case)?;
-        let (coords, _) = prompt.to_model_inputs(w, h, model.config().image_size, model.device())?;
+        let (coords, _) =
+            prompt.to_model_inputs(w, h, model.config().image_size, model.device())?;
         reports.push(StageReport::max_abs(
             format!("prompt.{case}.coords"),
             compare(&coords, fx.get(&format!("prompt.{case}.points"))?)?,
             1e-6,
         ));
         let seg = model.segment(&emb, &prompt, MultimaskMode::Auto)?;
-        let want_mm = fx.get(&f("multimask"))?.to_vec1::<u8>()?.first().copied().unwrap_or(0) != 0;
+        let want_mm = fx
+            .get(&f("multimask"))?
+            .to_vec1::<u8>()?
+            .first()
+            .copied()
+            .unwrap_or(0)
+            != 0;
         let mm_cmp = compare(
             &Tensor::new(&[seg.multimask as u8 as f32], model.device())?,
             &Tensor::new(&[want_mm as u8 as f32], model.device())?,
         )?;
-        reports.push(StageReport::max_abs(format!("frame.{case}.multimask_rule"), mm_cmp, 0.0));
+        reports.push(StageReport::max_abs(
+            format!("frame.{case}.multimask_rule"),
+            mm_cmp,
+            0.0,
+        ));
         let low = fx.get(&f("low_res_masks"))?;
-        reports.push(logits_report(format!("frame.{case}.low_res_masks"), &seg.low_res_logits, low)?);
+        reports.push(logits_report(
+            format!("frame.{case}.low_res_masks"),
+            &seg.low_res_logits,
+            low,
+        )?);
         reports.push(mask_report(
             format!("frame.{case}.low_res_binary"),
             &seg.low_res_logits.gt(0.0)?,
@@ -109,14 +142,21 @@ pub fn run_with_model(fx: &Fixture, model: &EdgeTam) -> Result<Vec<StageReport>>
         ));
         reports.push(StageReport::rel_l2(
             format!("frame.{case}.object_pointer"),
-            compare(&seg.object_pointer.flatten_all()?, &fx.get(&f("object_pointer"))?.flatten_all()?)?,
+            compare(
+                &seg.object_pointer.flatten_all()?,
+                &fx.get(&f("object_pointer"))?.flatten_all()?,
+            )?,
             STAGE_REL_L2,
         ));
         let (logits, mask) = model.mask_at_original(&emb, &seg)?;
         let post_logits = format!("post.{case}.logits");
         if fx.has(&post_logits) {
             let reference = fx.get(&post_logits)?;
-            reports.push(logits_report(post_logits, &logits.reshape(reference.shape())?, reference)?);
+            reports.push(logits_report(
+                post_logits,
+                &logits.reshape(reference.shape())?,
+                reference,
+            )?);
         }
         reports.push(mask_report(
             format!("post.{case}.mask"),
