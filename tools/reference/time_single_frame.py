@@ -92,7 +92,7 @@ def main() -> None:
     sd = {k: (v.float() if v.is_floating_point() else v) for k, v in load_file(model_dir / "model.safetensors").items()}
     model.load_state_dict(sd, strict=True)
     proc = make_processor(1024)
-    img = np.asarray(Image.open(args.image).convert("RGB"))
+    img = np.array(Image.open(args.image).convert("RGB"))
     box = [float(v) for v in args.box.split(",")]
 
     ours, ref = [], []
