@@ -69,3 +69,5 @@ impl StageReport {
 
 /// The parity bar of the foundation issue: relative L2 error per stage.
 pub const STAGE_REL_L2: f64 = 1e-4;
+
+pub mod vision;
