@@ -16,7 +16,7 @@ pub fn sine_position_embedding(
     width: usize,
     device: &Device,
 ) -> Result<Tensor> {
-    if channels == 0 || channels % 4 != 0 {
+    if channels == 0 || !channels.is_multiple_of(4) {
         return Err(Error::InvalidImage(format!(
             "sine position encoding needs a positive multiple of 4 channels, got {channels}"
         )));

@@ -62,3 +62,61 @@ fn preprocess_rejects_malformed_images() {
         Err(Error::InvalidImage(_))
     ));
 }
+
+/// A deterministic test image: hashed noise over a gradient, so every tap weight matters.
+fn test_image(w: usize, h: usize) -> Vec<u8> {
+    (0..w * h * 3)
+        .map(|i| {
+            let hash = ((i as u64).wrapping_mul(2654435761) % (1 << 32)) >> 13;
+            let (x, y, c) = ((i / 3) % w, (i / 3) / w, i % 3);
+            ((hash % 64) + ((x * 3 + y * 2 + c * 40) % 192) as u64) as u8
+        })
+        .collect()
+}
+
+/// Checksums `sum(v[i] * (i % 251 + 1))` of torchvision's uint8 antialiased bilinear resize of
+/// [`test_image`] (computed with torch 2.x / torchvision on AVX2): downscale, upscale, mixed,
+/// and single-axis resizes.
+#[test]
+fn resize_matches_torchvision_uint8() -> edgetam_tracker::Result<()> {
+    let cases: [(usize, usize, usize, usize, i64); 8] = [
+        (300, 200, 256, 256, 3145513712),
+        (480, 270, 1024, 1024, 50363615673),
+        (37, 53, 64, 16, 52210891),
+        (640, 480, 320, 241, 3707569582),
+        (17, 9, 5, 200, 39174533),
+        (64, 64, 64, 32, 97625717),
+        (50, 40, 77, 40, 153157039),
+        (1, 1, 3, 2, 14148),
+    ];
+    for (w, h, ow, oh, expected) in cases {
+        let out = resize_rgb_u8(&test_image(w, h), w, h, ow, oh)?;
+        assert_eq!(out.len(), ow * oh * 3);
+        let sum: i64 = out
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| i64::from(v) * ((i % 251) as i64 + 1))
+            .sum();
+        assert_eq!(sum, expected, "{w}x{h} -> {ow}x{oh}");
+    }
+    Ok(())
+}
+
+/// Times one 1024 encoder forward (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn encoder_forward_time_1024() -> edgetam_tracker::Result<()> {
+    use edgetam_tracker::image_encoder::ImageEncoder;
+    let dev = Device::Cpu;
+    let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
+    let cfg = edgetam_tracker::EdgeTamConfig::with_image_size(1024)?;
+    let enc = ImageEncoder::new(&cfg, weights.var_builder(&dev)).map_err(|e| weights.lift(e))?;
+    let pixels = preprocess(&test_image(640, 480), 640, 480, 1024, &dev)?;
+    enc.forward(&pixels)?;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let f = enc.forward(&pixels)?;
+        eprintln!("1024 encoder forward: {:.3?} ({:?})", t.elapsed(), f.fpn[2].dims());
+    }
+    Ok(())
+}
