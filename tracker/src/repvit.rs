@@ -10,6 +10,7 @@
 
 mod conv;
 mod depthwise;
+mod gelu;
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
@@ -78,7 +79,7 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.conv2.forward(&self.conv1.forward(x)?.gelu_erf()?)
+        self.conv2.forward(&gelu::gelu(&self.conv1.forward(x)?)?)
     }
 }
 
@@ -192,7 +193,7 @@ impl RepVit {
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
     pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
-        let mut x = self.stem[0].forward(pixel_values)?.gelu_erf()?;
+        let mut x = gelu::gelu(&self.stem[0].forward(pixel_values)?)?;
         x = self.stem[1].forward(&x)?;
         let mut outs = Vec::with_capacity(self.stages.len());
         for stage in &self.stages {
