@@ -116,7 +116,11 @@ fn encoder_forward_time_1024() -> edgetam_tracker::Result<()> {
     for _ in 0..3 {
         let t = Instant::now();
         let f = enc.forward(&pixels)?;
-        eprintln!("1024 encoder forward: {:.3?} ({:?})", t.elapsed(), f.fpn[2].dims());
+        eprintln!(
+            "1024 encoder forward: {:.3?} ({:?})",
+            t.elapsed(),
+            f.fpn[2].dims()
+        );
     }
     Ok(())
 }

@@ -32,9 +32,14 @@ fn exp_neg(x: f32) -> f32 {
     let p = p * r + 8.333_452e-3;
     let p = p * r + 4.166_579_6e-2;
     let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5.000_000_1e-1;
+    let p = p * r + 0.5;
     let p = p * r * r + r + 1.0;
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    // 2^n without a float->int cast (which does not vectorize): `n + 127` lands in the low
+    // mantissa bits of `ROUND + n + 127` (n is integral in [-126, 0]).
+    let biased = (n + (ROUND + 127.0))
+        .to_bits()
+        .wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(biased << 23);
     p * scale
 }
 
@@ -104,7 +109,10 @@ mod tests {
         let ours = gelu(&t)?.to_vec1::<f32>()?;
         for (x, y) in xs.iter().zip(ours) {
             let exact = (*x as f64) * 0.5 * (1.0 + libm_erf(*x as f64 / 2f64.sqrt()));
-            assert!((y as f64 - exact).abs() < 2e-7 * (1.0 + x.abs() as f64), "{x}: {y} vs {exact}");
+            assert!(
+                (y as f64 - exact).abs() < 2e-7 * (1.0 + x.abs() as f64),
+                "{x}: {y} vs {exact}"
+            );
         }
         Ok(())
     }
