@@ -7,7 +7,6 @@ use candle_nn::VarBuilder;
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
-use crate::position_encoding::sine_position_embedding;
 use crate::repvit::{Pointwise, RepVit};
 use crate::vision_neck::VisionNeck;
 
@@ -31,8 +30,6 @@ pub struct ImageEncoder {
     neck: VisionNeck,
     conv_s0: Pointwise,
     conv_s1: Pointwise,
-    /// Position encodings per FPN level, computed once (they depend only on the size).
-    pos: Vec<Tensor>,
     image_size: usize,
 }
 
@@ -47,18 +44,11 @@ impl ImageEncoder {
         let dec = cfg.mask_decoder_config.hidden_size;
         let conv_s0 = Pointwise::load(&vb.pp("mask_decoder.conv_s0"), hidden, dec / 8)?;
         let conv_s1 = Pointwise::load(&vb.pp("mask_decoder.conv_s1"), hidden, dec / 4)?;
-        let pos = v
-            .backbone_feature_sizes
-            .iter()
-            .map(|&[h, w]| sine_position_embedding(hidden, h, w, vb.device()))
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         Ok(Self {
             backbone,
             neck,
             conv_s0,
             conv_s1,
-            pos,
             image_size: cfg.image_size,
         })
     }
@@ -83,19 +73,18 @@ impl ImageEncoder {
             }
         }
         let stages = self.backbone.forward(pixel_values)?;
-        let fpn = self.neck.forward(&stages)?;
-        if fpn.len() < 2 || fpn.len() != self.pos.len() {
+        let (fpn, pos) = self.neck.forward(&stages)?;
+        if fpn.len() < 2 {
             return Err(Error::InvalidImage(format!(
-                "the neck produced {} levels, the config describes {}",
-                fpn.len(),
-                self.pos.len()
+                "the neck produced {} levels; the decoder needs 2 high-resolution ones",
+                fpn.len()
             )));
         }
         let feat_s0 = self.conv_s0.forward(&fpn[0])?;
         let feat_s1 = self.conv_s1.forward(&fpn[1])?;
         let features = ImageFeatures {
             fpn,
-            pos: self.pos.clone(),
+            pos,
             feat_s0,
             feat_s1,
         };

@@ -9,6 +9,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 use crate::config::VisionConfig;
+use crate::position_encoding::sine_position_embedding;
 use crate::repvit::Pointwise;
 
 /// The FPN neck: lateral convs, deepest first as in the checkpoint.
@@ -16,6 +17,8 @@ pub struct VisionNeck {
     convs: Vec<Pointwise>,
     top_down_levels: Vec<usize>,
     num_feature_levels: usize,
+    /// Position encodings for the configured level sizes, computed once at load.
+    pos: Vec<Tensor>,
 }
 
 impl VisionNeck {
@@ -27,15 +30,38 @@ impl VisionNeck {
             .enumerate()
             .map(|(j, &c)| Pointwise::load(&vb.pp(format!("convs.{j}")), c, cfg.fpn_hidden_size))
             .collect::<candle_core::Result<Vec<_>>>()?;
+        let pos = cfg
+            .backbone_feature_sizes
+            .iter()
+            .map(|&[h, w]| position(cfg.fpn_hidden_size, h, w, vb.device()))
+            .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
             convs,
             top_down_levels: cfg.fpn_top_down_levels.clone(),
             num_feature_levels: cfg.num_feature_levels,
+            pos,
         })
     }
 
-    /// Backbone stage outputs (shallowest first) to the kept FPN levels, high resolution first.
-    pub fn forward(&self, stages: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+    /// Backbone stage outputs (shallowest first) to the kept FPN levels, high resolution first,
+    /// and their sine position encodings (`[1, C, h, w]`; cached for the configured sizes).
+    pub fn forward(&self, stages: &[Tensor]) -> candle_core::Result<(Vec<Tensor>, Vec<Tensor>)> {
+        let fpn = self.features(stages)?;
+        let pos = fpn
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let (_, c, h, w) = f.dims4()?;
+                match self.pos.get(i) {
+                    Some(p) if p.dims() == [1, c, h, w] => Ok(p.clone()),
+                    _ => position(c, h, w, f.device()),
+                }
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((fpn, pos))
+    }
+
+    fn features(&self, stages: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
         let n = self.convs.len();
         if stages.len() != n {
             candle_core::bail!("FPN neck expects {n} backbone levels, got {}", stages.len());
@@ -59,4 +85,14 @@ impl VisionNeck {
         let keep = self.num_feature_levels.min(n);
         Ok(levels.into_iter().skip(n - keep).rev().collect())
     }
+}
+
+fn position(
+    channels: usize,
+    h: usize,
+    w: usize,
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    sine_position_embedding(channels, h, w, device)
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))
 }
