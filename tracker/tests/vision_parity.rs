@@ -124,3 +124,22 @@ fn encoder_forward_time_1024() -> edgetam_tracker::Result<()> {
     }
     Ok(())
 }
+
+/// A checkpoint without a tensor the encoder needs is reported by key, not as a panic.
+#[test]
+fn missing_weight_is_named() -> edgetam_tracker::Result<()> {
+    let dev = Device::Cpu;
+    let full = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
+    let key =
+        "vision_encoder.backbone.timm_model.stages_2.blocks.5.token_mixer.conv1.bn.running_var";
+    let mut tensors = full.tensors().clone();
+    assert!(tensors.remove(key).is_some(), "fixture lacks {key}");
+    let weights = Weights::from_tensors(tensors, "partial.safetensors");
+    let fx = Fixture::load(fixtures().join("image_256"), &dev)?;
+    match vision::run(&fx, &weights) {
+        Err(Error::MissingWeight { key: k, .. }) => assert_eq!(k, key),
+        Err(e) => panic!("expected MissingWeight, got {e}"),
+        Ok(_) => panic!("expected MissingWeight, got reports"),
+    }
+    Ok(())
+}
