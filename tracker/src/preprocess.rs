@@ -1,1 +1,255 @@
-//! Stage module: in progress.
+//! Image preprocessing, bit-exact with transformers' `Sam2ImageProcessor` (torchvision backend).
+//!
+//! The reference resizes the uint8 RGB frame to `S x S` (aspect ratio not kept) with torchvision's
+//! bilinear, `antialias=True`, **on uint8**: torch's fixed-point separable kernel (PIL-SIMD
+//! derived), width pass then height pass, each rounding back to uint8. A float bilinear rounded
+//! once differs from it by one level on ~20% of pixels, which shifts every later stage, so it is
+//! reproduced here integer for integer. Then `(v - 255*mean) / (255*std)` in f32, in that order.
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Error, Result};
+
+/// ImageNet mean and std as f32, as transformers stores them (`IMAGENET_DEFAULT_*`).
+const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// One axis of torch's antialiased bilinear resample: per output sample, the first source index
+/// and the int16 taps (stored as i32), all scaled by `2^precision`.
+struct Axis {
+    first: Vec<usize>,
+    taps: Vec<Vec<i32>>,
+    precision: u32,
+}
+
+/// `HelperInterpBase::_compute_index_ranges_weights` (antialias, triangle filter) followed by
+/// `_compute_index_ranges_int16_weights` from ATen's `UpSampleKernel.cpp`, operation for operation:
+/// weights in f64, normalized per output sample, then rounded to int16 at the largest precision
+/// for which the axis's largest weight still fits.
+fn axis(input: usize, output: usize) -> Axis {
+    // align_corners=False and no explicit scale factor: scale = in / out.
+    let scale = input as f64 / output as f64;
+    // interp_size = 2 for bilinear.
+    let support = if scale >= 1.0 { scale } else { 1.0 };
+    let max_taps = support.ceil() as i64 * 2 + 1;
+    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+    let filter = |x: f64| {
+        let x = x.abs();
+        if x < 1.0 {
+            1.0 - x
+        } else {
+            0.0
+        }
+    };
+    let mut first = Vec::with_capacity(output);
+    let mut real = Vec::with_capacity(output);
+    let mut wt_max = 0.0f64;
+    for i in 0..output {
+        let center = scale * (i as f64 + 0.5);
+        // `static_cast<int64_t>` truncates toward zero.
+        let xmin = ((center - support + 0.5) as i64).max(0);
+        let xsize = (((center + support + 0.5) as i64).min(input as i64) - xmin).clamp(0, max_taps);
+        let mut w: Vec<f64> = (0..xsize)
+            .map(|j| filter((j as f64 + xmin as f64 - center + 0.5) * invscale))
+            .collect();
+        let mut total = 0.0f64;
+        for v in &w {
+            total += v;
+        }
+        if total != 0.0 {
+            for v in w.iter_mut() {
+                *v /= total;
+                wt_max = wt_max.max(*v);
+            }
+        }
+        first.push(xmin as usize);
+        real.push(w);
+    }
+    let mut precision = 0u32;
+    while precision < 22 {
+        let next = (0.5 + wt_max * (1i64 << (precision + 1)) as f64) as i64;
+        if next >= 1 << 15 {
+            break;
+        }
+        precision += 1;
+    }
+    let unit = (1i64 << precision) as f64;
+    let taps = real
+        .into_iter()
+        .map(|w| {
+            w.into_iter()
+                .map(|v| {
+                    let v = v * unit;
+                    // Rounded half away from zero, then truncated to int16 as torch does.
+                    (if v < 0.0 {
+                        (-0.5 + v) as i32
+                    } else {
+                        (0.5 + v) as i32
+                    }) as i16 as i32
+                })
+                .collect()
+        })
+        .collect();
+    Axis {
+        first,
+        taps,
+        precision,
+    }
+}
+
+/// One output sample: integer dot product, half-LSB rounding, arithmetic shift, clamp to u8
+/// (the AVX kernel saturates through `packs_epi32` / `packus_epi16`).
+#[inline]
+fn convolve(taps: &[i32], precision: u32, sample: impl Fn(usize) -> i32) -> u8 {
+    let mut acc: i32 = if precision > 0 {
+        1 << (precision - 1)
+    } else {
+        0
+    };
+    for (k, w) in taps.iter().enumerate() {
+        acc += sample(k) * w;
+    }
+    (acc >> precision).clamp(0, 255) as u8
+}
+
+fn check_image(rgb: &[u8], width: usize, height: usize) -> Result<()> {
+    if width == 0 || height == 0 {
+        return Err(Error::InvalidImage(format!(
+            "image is {width}x{height}: both sides must be at least one pixel"
+        )));
+    }
+    let expected = width
+        .checked_mul(height)
+        .and_then(|n| n.checked_mul(3))
+        .ok_or_else(|| Error::InvalidImage(format!("image {width}x{height} is too large")))?;
+    if rgb.len() != expected {
+        return Err(Error::InvalidImage(format!(
+            "a {width}x{height} RGB image needs {expected} bytes (row-major, 3 per pixel), got {}",
+            rgb.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Resizes a packed row-major RGB image (`height x width x 3`) to `out_w x out_h` exactly as
+/// `torchvision.transforms.v2.functional.resize(uint8, bilinear, antialias=True)` does on CPU.
+pub fn resize_rgb_u8(
+    rgb: &[u8],
+    width: usize,
+    height: usize,
+    out_w: usize,
+    out_h: usize,
+) -> Result<Vec<u8>> {
+    check_image(rgb, width, height)?;
+    if out_w == 0 || out_h == 0 {
+        return Err(Error::InvalidImage(format!(
+            "cannot resize to {out_w}x{out_h}: both sides must be at least one pixel"
+        )));
+    }
+    // Torch skips a pass whose size does not change (and so its rounding).
+    let horizontal = if out_w != width {
+        let ax = axis(width, out_w);
+        let mut buf = vec![0u8; height * out_w * 3];
+        for y in 0..height {
+            let row = &rgb[y * width * 3..(y + 1) * width * 3];
+            let out = &mut buf[y * out_w * 3..(y + 1) * out_w * 3];
+            for (x, (first, taps)) in ax.first.iter().zip(&ax.taps).enumerate() {
+                for c in 0..3 {
+                    out[x * 3 + c] =
+                        convolve(taps, ax.precision, |k| i32::from(row[(first + k) * 3 + c]));
+                }
+            }
+        }
+        buf
+    } else {
+        rgb.to_vec()
+    };
+    if out_h == height {
+        return Ok(horizontal);
+    }
+    let ax = axis(height, out_h);
+    let stride = out_w * 3;
+    let mut out = vec![0u8; out_h * stride];
+    for (y, (first, taps)) in ax.first.iter().zip(&ax.taps).enumerate() {
+        let dst = &mut out[y * stride..(y + 1) * stride];
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = convolve(taps, ax.precision, |k| {
+                i32::from(horizontal[(first + k) * stride + i])
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The model input for one RGB frame: resized to `image_size` square and normalized,
+/// `[1, 3, S, S]` f32 on `device`.
+pub fn preprocess(
+    rgb: &[u8],
+    width: usize,
+    height: usize,
+    image_size: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    let s = image_size;
+    let resized = resize_rgb_u8(rgb, width, height, s, s)?;
+    // transformers fuses rescale into normalize: mean and std are f32 tensors times 255 (in f32),
+    // then `sub_` and `div_` in f32.
+    let mean = MEAN.map(|m| m * 255.0);
+    let std = STD.map(|v| v * 255.0);
+    let plane = s * s;
+    let mut data = vec![0f32; 3 * plane];
+    for (i, px) in resized.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            data[c * plane + i] = (f32::from(px[c]) - mean[c]) / std[c];
+        }
+    }
+    Ok(Tensor::from_vec(data, (1, 3, s, s), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(matches!(
+            resize_rgb_u8(&[], 0, 4, 8, 8),
+            Err(Error::InvalidImage(_))
+        ));
+        assert!(matches!(
+            resize_rgb_u8(&[0; 11], 2, 2, 8, 8),
+            Err(Error::InvalidImage(_))
+        ));
+        assert!(matches!(
+            resize_rgb_u8(&[0; 12], 2, 2, 0, 8),
+            Err(Error::InvalidImage(_))
+        ));
+        assert!(matches!(
+            preprocess(&[0; 12], 2, 3, 64, &Device::Cpu),
+            Err(Error::InvalidImage(_))
+        ));
+    }
+
+    #[test]
+    fn weights_sum_to_one_in_fixed_point() {
+        for (i, o) in [(300, 256), (200, 256), (480, 1024), (7, 3), (1, 5)] {
+            let ax = axis(i, o);
+            for taps in &ax.taps {
+                let sum: i32 = taps.iter().sum();
+                let unit = 1i32 << ax.precision;
+                assert!(
+                    (sum - unit).abs() <= taps.len() as i32,
+                    "{i}->{o}: {sum} vs {unit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn constant_image_stays_constant() -> Result<()> {
+        let img = vec![77u8; 13 * 9 * 3];
+        let out = resize_rgb_u8(&img, 13, 9, 32, 5)?;
+        assert!(out.iter().all(|&v| v == 77));
+        Ok(())
+    }
+}

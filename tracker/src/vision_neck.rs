@@ -1,1 +1,98 @@
-//! Stage module: in progress.
+//! EdgeTAM's FPN neck (`EdgeTamVisionNeck`): 1x1 lateral convs to `fpn_hidden_size` channels,
+//! a nearest x2 top-down path on the configured levels, and the sine position encoding.
+//!
+//! Trap kept from the reference: `convs[j]` belongs to backbone level `3 - j` (`convs.0` takes
+//! the deepest, 384-channel map). With EdgeTAM's `fpn_top_down_levels = [2, 3]` only level 2
+//! receives the upsampled level 3; levels 0 and 1 are lateral only and level 3 is dropped.
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+
+use crate::config::VisionConfig;
+use crate::position_encoding::sine_position_embedding;
+use crate::repvit::Pointwise;
+
+/// The FPN neck: lateral convs, deepest first as in the checkpoint.
+pub struct VisionNeck {
+    convs: Vec<Pointwise>,
+    top_down_levels: Vec<usize>,
+    num_feature_levels: usize,
+    /// Position encodings for the configured level sizes, computed once at load.
+    pos: Vec<Tensor>,
+}
+
+impl VisionNeck {
+    /// Loads `convs.{j}` from `vb` positioned at `vision_encoder.neck`.
+    pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        let convs = cfg
+            .backbone_channel_list
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| Pointwise::load(&vb.pp(format!("convs.{j}")), c, cfg.fpn_hidden_size))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let pos = cfg
+            .backbone_feature_sizes
+            .iter()
+            .map(|&[h, w]| position(cfg.fpn_hidden_size, h, w, vb.device()))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self {
+            convs,
+            top_down_levels: cfg.fpn_top_down_levels.clone(),
+            num_feature_levels: cfg.num_feature_levels,
+            pos,
+        })
+    }
+
+    /// Backbone stage outputs (shallowest first) to the kept FPN levels, high resolution first,
+    /// and their sine position encodings (`[1, C, h, w]`; cached for the configured sizes).
+    pub fn forward(&self, stages: &[Tensor]) -> candle_core::Result<(Vec<Tensor>, Vec<Tensor>)> {
+        let fpn = self.features(stages)?;
+        let pos = fpn
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let (_, c, h, w) = f.dims4()?;
+                match self.pos.get(i) {
+                    Some(p) if p.dims() == [1, c, h, w] => Ok(p.clone()),
+                    _ => position(c, h, w, f.device()),
+                }
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((fpn, pos))
+    }
+
+    fn features(&self, stages: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        let n = self.convs.len();
+        if stages.len() != n {
+            candle_core::bail!("FPN neck expects {n} backbone levels, got {}", stages.len());
+        }
+        // Top-down, from the deepest level, exactly as the reference loops.
+        let mut levels: Vec<Tensor> = Vec::with_capacity(n);
+        let mut prev: Option<Tensor> = None;
+        for i in (0..n).rev() {
+            let lateral = self.convs[n - 1 - i].forward(&stages[i])?;
+            let feat = match &prev {
+                Some(p) if self.top_down_levels.contains(&i) && i != n - 1 => {
+                    let (_, _, h, w) = p.dims4()?;
+                    (lateral + p.upsample_nearest2d(2 * h, 2 * w)?)?
+                }
+                _ => lateral,
+            };
+            prev = Some(feat.clone());
+            levels.push(feat);
+        }
+        // `levels` runs deep -> shallow; keep the last `num_feature_levels`, shallow first.
+        let keep = self.num_feature_levels.min(n);
+        Ok(levels.into_iter().skip(n - keep).rev().collect())
+    }
+}
+
+fn position(
+    channels: usize,
+    h: usize,
+    w: usize,
+    device: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    sine_position_embedding(channels, h, w, device)
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))
+}

@@ -3,7 +3,9 @@
 //! The parity tests and `edgetam check` run the same functions: each stage is fed the fixture's
 //! own inputs (so errors do not compound) and compared with the reference output.
 
+pub mod decoder;
 pub mod frame;
+pub mod vision;
 
 use crate::compare::Comparison;
 

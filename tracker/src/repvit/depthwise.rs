@@ -1,0 +1,207 @@
+//! Depthwise convolution (one filter per channel) as a CPU kernel.
+//!
+//! candle runs a grouped convolution as one small convolution per group, which for RepViT's
+//! 48..384-channel depthwise layers costs more than the rest of the backbone. This kernel walks
+//! each channel plane directly (rows as contiguous slices, so the inner loop vectorizes) and
+//! splits planes over threads. Other devices fall back to candle's grouped `conv2d`.
+
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+
+/// A depthwise `k x k` convolution with bias, square stride and zero padding.
+pub(crate) struct Depthwise {
+    /// `[C, 1, k, k]`, used by the fallback path.
+    weight: Tensor,
+    /// `[1, C, 1, 1]`, used by the fallback path.
+    bias: Tensor,
+    kernel: Kernel,
+}
+
+/// The host copy of the parameters the CPU kernel reads.
+struct Kernel {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    channels: usize,
+    k: usize,
+    stride: usize,
+    padding: usize,
+}
+
+impl Depthwise {
+    /// `weight` `[C, 1, k, k]` and `bias` `[C]`, both f32.
+    pub(crate) fn new(
+        weight: Tensor,
+        bias: Tensor,
+        stride: usize,
+        padding: usize,
+    ) -> candle_core::Result<Self> {
+        let (channels, one, k, k2) = weight.dims4()?;
+        if one != 1 || k != k2 || stride == 0 {
+            candle_core::bail!(
+                "depthwise conv expects a [C, 1, k, k] kernel and stride > 0, got {:?} / stride {stride}",
+                weight.dims()
+            );
+        }
+        let kernel = Kernel {
+            weight: weight.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            bias: bias.to_dtype(DType::F32)?.to_vec1()?,
+            channels,
+            k,
+            stride,
+            padding,
+        };
+        let bias = bias.reshape((1, channels, 1, 1))?;
+        Ok(Self {
+            weight,
+            bias,
+            kernel,
+        })
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            x.contiguous()?.apply_op1_no_bwd(&self.kernel)
+        } else {
+            let k = &self.kernel;
+            x.conv2d(&self.weight, k.padding, k.stride, 1, k.channels)?
+                .broadcast_add(&self.bias)
+        }
+    }
+}
+
+impl Kernel {
+    fn out_size(&self, n: usize) -> usize {
+        (n + 2 * self.padding).saturating_sub(self.k) / self.stride + 1
+    }
+
+    /// One channel plane: `out` starts at the bias and accumulates each tap as a row update.
+    #[allow(clippy::too_many_arguments)]
+    fn plane(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        let (k, s, p) = (self.k, self.stride, self.padding);
+        let wk = &self.weight[c * k * k..(c + 1) * k * k];
+        out.fill(self.bias[c]);
+        for oy in 0..oh {
+            let orow = &mut out[oy * ow..(oy + 1) * ow];
+            for ky in 0..k {
+                let iy = (oy * s + ky) as isize - p as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let iy = iy as usize;
+                let irow = &inp[iy * w..(iy + 1) * w];
+                for kx in 0..k {
+                    let wv = wk[ky * k + kx];
+                    // Output columns whose input column `ox*s + kx - p` lies inside the row.
+                    let lo = if kx >= p { 0 } else { (p - kx).div_ceil(s) };
+                    let hi = if w + p > kx {
+                        ((w + p - kx - 1) / s + 1).min(ow)
+                    } else {
+                        0
+                    };
+                    if lo >= hi {
+                        continue;
+                    }
+                    if s == 1 {
+                        let start = lo + kx - p;
+                        let src = &irow[start..start + (hi - lo)];
+                        for (o, i) in orow[lo..hi].iter_mut().zip(src) {
+                            *o += wv * i;
+                        }
+                    } else {
+                        for (ox, o) in orow.iter_mut().enumerate().take(hi).skip(lo) {
+                            *o += wv * irow[ox * s + kx - p];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl CustomOp1 for Kernel {
+    fn name(&self) -> &'static str {
+        "depthwise-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, c, h, w) = layout.shape().dims4()?;
+        if c != self.channels {
+            candle_core::bail!(
+                "depthwise conv has {} channels, input has {c}",
+                self.channels
+            );
+        }
+        let data = match storage {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("depthwise conv kernel expects f32 input"),
+        };
+        let data = match layout.contiguous_offsets() {
+            Some((a, b)) => &data[a..b],
+            None => candle_core::bail!("depthwise conv kernel expects a contiguous input"),
+        };
+        let (oh, ow) = (self.out_size(h), self.out_size(w));
+        let planes = n * c;
+        let mut out = vec![0f32; planes * oh * ow];
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1)
+            .clamp(1, planes.max(1));
+        let per = planes.div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            for (t, chunk) in out.chunks_mut(per * oh * ow).enumerate() {
+                scope.spawn(move || {
+                    for (j, o) in chunk.chunks_mut(oh * ow).enumerate() {
+                        let plane = t * per + j;
+                        let inp = &data[plane * h * w..(plane + 1) * h * w];
+                        self.plane(plane % c, inp, h, w, o, oh, ow);
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The kernel must agree with candle's grouped convolution for every stride/padding used.
+    #[test]
+    fn matches_grouped_conv() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (k, s, p, h, w) in [
+            (3, 1, 1, 9, 7),
+            (3, 2, 1, 9, 8),
+            (3, 2, 1, 8, 8),
+            (1, 1, 0, 5, 4),
+        ] {
+            let c = 5;
+            let x = Tensor::randn(0f32, 1.0, (2, c, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 1.0, (c, 1, k, k), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let dw = Depthwise::new(wt.clone(), b.clone(), s, p)?;
+            let ours = dw.forward(&x)?;
+            let theirs = x
+                .conv2d(&wt, p, s, 1, c)?
+                .broadcast_add(&b.reshape((1, c, 1, 1))?)?;
+            assert_eq!(ours.dims(), theirs.dims());
+            let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(d < 1e-5, "k{k} s{s} p{p} {h}x{w}: {d}");
+        }
+        Ok(())
+    }
+}
