@@ -282,7 +282,7 @@ pub fn to_transformers(raw: Vec<(String, Tensor)>, path: &Path) -> Result<Vec<(S
             }
             Kind::Split => {
                 let rows = t.dims().first().copied().unwrap_or(0);
-                if rows == 0 || rows % 2 != 0 {
+                if rows == 0 || !rows.is_multiple_of(2) {
                     return Err(fail(format!(
                         "`{key}` has shape {:?}; expected an even first dimension to split into \
                          `{}` and `{}`",
