@@ -102,29 +102,6 @@ fn resize_matches_torchvision_uint8() -> edgetam_tracker::Result<()> {
     Ok(())
 }
 
-/// Times one 1024 encoder forward (run with `--ignored --nocapture`).
-#[test]
-#[ignore]
-fn encoder_forward_time_1024() -> edgetam_tracker::Result<()> {
-    use edgetam_tracker::image_encoder::ImageEncoder;
-    let dev = Device::Cpu;
-    let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
-    let cfg = edgetam_tracker::EdgeTamConfig::with_image_size(1024)?;
-    let enc = ImageEncoder::new(&cfg, weights.var_builder(&dev)).map_err(|e| weights.lift(e))?;
-    let pixels = preprocess(&test_image(640, 480), 640, 480, 1024, &dev)?;
-    enc.forward(&pixels)?;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let f = enc.forward(&pixels)?;
-        eprintln!(
-            "1024 encoder forward: {:.3?} ({:?})",
-            t.elapsed(),
-            f.fpn[2].dims()
-        );
-    }
-    Ok(())
-}
-
 /// A checkpoint without a tensor the encoder needs is reported by key, not as a panic.
 #[test]
 fn missing_weight_is_named() -> edgetam_tracker::Result<()> {
