@@ -3,6 +3,8 @@
 //! The parity tests and `edgetam check` run the same functions: each stage is fed the fixture's
 //! own inputs (so errors do not compound) and compared with the reference output.
 
+pub mod decoder;
+
 use crate::compare::Comparison;
 
 /// The outcome of one stage check.
