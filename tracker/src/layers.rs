@@ -6,7 +6,7 @@
 //! be checked against the reference one by one.
 
 use candle_core::{Module, Result, Tensor};
-use candle_nn::{layer_norm, linear, LayerNorm, Linear, VarBuilder};
+use candle_nn::{linear, Linear, VarBuilder};
 
 /// Activation between the layers of a [`FeedForward`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,76 @@ impl Activation {
     }
 }
 
+/// LayerNorm over one dimension: two passes (mean, then centred variance), each a blocked sum.
+///
+/// candle's fused `layer_norm` kernel computes the variance as `E[x^2] - E[x]^2` with one
+/// sequential f32 sum, which cancels when a token's mean is large against its spread, and a
+/// sequential sum's rounding grows with the length. The decoder's attention (large logits on
+/// these activations) amplifies such noise 10-100x, so the statistics need torch's accuracy
+/// (its kernel uses cascaded moments); blocked sums get there with ordinary tensor ops on any
+/// device.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// Loads `weight`/`bias` of size `size` from `vb`.
+    pub fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get(size, "weight")?,
+            bias: vb.get(size, "bias")?,
+            eps,
+        })
+    }
+
+    /// Normalises `x` over `dim` (whose size is the weight's); other dims are independent.
+    pub fn forward_dim(&self, x: &Tensor, dim: usize) -> Result<Tensor> {
+        let mean = blocked_mean_keepdim(x, dim)?;
+        let centred = x.broadcast_sub(&mean)?;
+        let var = blocked_mean_keepdim(&centred.sqr()?, dim)?;
+        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        // Weight and bias broadcast along `dim`: shape [size, 1, ..., 1].
+        let mut shape = vec![1usize; x.rank() - dim];
+        shape[0] = self.weight.dim(0)?;
+        normed
+            .broadcast_mul(&self.weight.reshape(shape.as_slice())?)?
+            .broadcast_add(&self.bias.reshape(shape.as_slice())?)
+    }
+}
+
+impl Module for LayerNorm {
+    /// Normalises over the last dimension (token LayerNorm).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_dim(x, x.rank().saturating_sub(1))
+    }
+}
+
+/// Mean over `dim` (kept, size 1) summed in blocks of about `sqrt(len)`: the rounding error of
+/// the sum grows with `sqrt(len)`-long runs instead of `len`.
+pub fn blocked_mean_keepdim(x: &Tensor, dim: usize) -> Result<Tensor> {
+    let len = x.dim(dim)?;
+    let block = (1..=len)
+        .take_while(|b| b * b <= len)
+        .filter(|b| len.is_multiple_of(*b))
+        .last()
+        .unwrap_or(1);
+    if block <= 1 {
+        return x.mean_keepdim(dim);
+    }
+    let mut shape = x.dims().to_vec();
+    shape[dim] = len / block;
+    shape.insert(dim + 1, block);
+    let sum = x
+        .reshape(shape)?
+        .sum_keepdim(dim + 1)?
+        .sum_keepdim(dim)?
+        .squeeze(dim + 1)?;
+    sum / len as f64
+}
+
 /// Channels-first LayerNorm (`EdgeTamVideoLayerNorm(data_format="channels_first")`): normalises
 /// each pixel of an NCHW map over its channels.
 ///
@@ -40,16 +110,14 @@ impl LayerNorm2d {
     /// Loads `weight`/`bias` of size `channels` from `vb`.
     pub fn new(channels: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            inner: layer_norm(channels, eps, vb)?,
+            inner: LayerNorm::new(channels, eps, vb)?,
         })
     }
 
-    /// `x`: `[N, C, H, W]` -> `[N, C, H, W]`.
+    /// `x`: `[N, C, H, W]` -> `[N, C, H, W]`, normalised over `C` in place of the reference's
+    /// permute / normalise / permute (same arithmetic, no copies).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Same route as the reference: permute to channels-last, normalise the last dim, permute
-        // back. Contiguous input takes candle's fused layer-norm kernel.
-        let x = x.permute((0, 2, 3, 1))?.contiguous()?;
-        self.inner.forward(&x)?.permute((0, 3, 1, 2))
+        self.inner.forward_dim(x, 1)
     }
 }
 
@@ -134,7 +202,7 @@ impl Attention {
         vb: VarBuilder,
     ) -> Result<Self> {
         let internal = hidden_size / downsample_rate.max(1);
-        if num_heads == 0 || internal % num_heads != 0 {
+        if num_heads == 0 || !internal.is_multiple_of(num_heads) {
             candle_core::bail!("attention width {internal} is not divisible by {num_heads} heads");
         }
         let head_dim = internal / num_heads;
@@ -173,11 +241,6 @@ impl Attention {
             .transpose(1, 2)?
             .contiguous()
     }
-}
-
-/// A token LayerNorm over the last dim (`nn.LayerNorm`, eps 1e-5 by default in the reference).
-pub fn token_layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
-    layer_norm(size, eps, vb)
 }
 
 /// torch's default `nn.LayerNorm` eps, used by the two-way transformer's token norms.

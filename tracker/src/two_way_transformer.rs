@@ -2,11 +2,11 @@
 //! image tokens attend to each other, then a final token-to-image attention.
 
 use candle_core::{Module, Tensor};
-use candle_nn::{LayerNorm, VarBuilder};
+use candle_nn::VarBuilder;
 
 use crate::config::MaskDecoderConfig;
 use crate::error::Result;
-use crate::layers::{token_layer_norm, Activation, Attention, FeedForward, TORCH_LAYER_NORM_EPS};
+use crate::layers::{Activation, Attention, FeedForward, LayerNorm, TORCH_LAYER_NORM_EPS};
 
 /// One `EdgeTamVideoTwoWayAttentionBlock`.
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ impl TwoWayBlock {
         let c = cfg.hidden_size;
         let heads = cfg.num_attention_heads;
         let down = cfg.attention_downsample_rate;
-        let ln = |name: &str| token_layer_norm(c, TORCH_LAYER_NORM_EPS, vb.pp(name));
+        let ln = |name: &str| LayerNorm::new(c, TORCH_LAYER_NORM_EPS, vb.pp(name));
         Ok(Self {
             self_attn: Attention::new(c, heads, 1, vb.pp("self_attn"))?,
             norm1: ln("layer_norm1")?,
@@ -119,7 +119,7 @@ impl TwoWayTransformer {
                 cfg.attention_downsample_rate,
                 vb.pp("final_attn_token_to_image"),
             )?,
-            norm_final: token_layer_norm(
+            norm_final: LayerNorm::new(
                 cfg.hidden_size,
                 TORCH_LAYER_NORM_EPS,
                 vb.pp("layer_norm_final_attn"),
