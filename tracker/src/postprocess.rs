@@ -1,1 +1,122 @@
-//! Stage module: in progress.
+//! Mask post-processing: low-resolution logits -> original image size -> binary mask.
+//!
+//! Matches `Sam2VideoProcessor.post_process_masks`: **one** bilinear resize straight to `H x W`
+//! (`F.interpolate(mode="bilinear", align_corners=False)`, no antialias), then `> 0`. The same
+//! resize upsamples low-res masks to the model input size for the memory encoder.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{Error, Result};
+
+/// Bilinearly resizes `[N, C, h, w]` logits to `[N, C, height, width]` exactly as torch's
+/// `F.interpolate(..., mode="bilinear", align_corners=False)` (no antialias, also when
+/// downscaling).
+///
+/// Separable: a width pass on the input rows, then a height pass, which is the order in which
+/// torch's CPU kernel accumulates (`wh0 * (ww0*a + ww1*b) + wh1 * (...)`).
+pub fn resize_logits(low_res: &Tensor, height: usize, width: usize) -> Result<Tensor> {
+    let (_, _, h, w) = low_res.dims4().map_err(|_| {
+        Error::InvalidImage(format!(
+            "mask logits must be [N, C, h, w], got {:?}",
+            low_res.dims()
+        ))
+    })?;
+    if h == 0 || w == 0 || height == 0 || width == 0 {
+        return Err(Error::InvalidImage(format!(
+            "cannot resize {h}x{w} mask logits to {height}x{width}"
+        )));
+    }
+    let x = low_res.to_dtype(DType::F32)?;
+    let x = resize_axis(&x, 3, w, width)?;
+    resize_axis(&x, 2, h, height)
+}
+
+/// Binary mask (`u8`, 1 where the logit is `> 0`).
+pub fn binarize(logits: &Tensor) -> Result<Tensor> {
+    Ok(logits.gt(0.0)?)
+}
+
+/// Linear interpolation along one axis of an NCHW tensor (`dim` 2 or 3).
+fn resize_axis(x: &Tensor, dim: usize, in_size: usize, out_size: usize) -> Result<Tensor> {
+    if in_size == out_size {
+        // torch copies (weights 1 and 0) in this case.
+        return Ok(x.clone());
+    }
+    let taps = LinearTaps::new(in_size, out_size);
+    let device = x.device();
+    let (i0, i1, l0, l1) = taps.tensors(dim, device)?;
+    let a = x.index_select(&i0, dim)?;
+    let b = x.index_select(&i1, dim)?;
+    Ok((a.broadcast_mul(&l0)? + b.broadcast_mul(&l1)?)?)
+}
+
+/// Source indices and weights of each output position along one axis.
+#[derive(Debug, Clone, PartialEq)]
+struct LinearTaps {
+    i0: Vec<u32>,
+    i1: Vec<u32>,
+    l0: Vec<f32>,
+    l1: Vec<f32>,
+}
+
+impl LinearTaps {
+    /// torch's `area_pixel_compute_source_index` + `guard_index_and_lambda`, in f32:
+    /// `src = max(scale * (i + 0.5) - 0.5, 0)`, `i0 = min(floor(src), in - 1)`,
+    /// `i1 = i0 + (i0 < in - 1)`, `l1 = clamp(src - i0, 0, 1)`.
+    fn new(in_size: usize, out_size: usize) -> Self {
+        let scale = in_size as f32 / out_size as f32;
+        let last = in_size - 1;
+        let mut taps = Self {
+            i0: Vec::with_capacity(out_size),
+            i1: Vec::with_capacity(out_size),
+            l0: Vec::with_capacity(out_size),
+            l1: Vec::with_capacity(out_size),
+        };
+        for o in 0..out_size {
+            let src = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
+            let i0 = (src.floor() as usize).min(last);
+            let l1 = (src - i0 as f32).clamp(0.0, 1.0);
+            let i1 = i0 + usize::from(i0 < last);
+            taps.i0.push(i0 as u32);
+            taps.i1.push(i1 as u32);
+            taps.l0.push(1.0 - l1);
+            taps.l1.push(l1);
+        }
+        taps
+    }
+
+    /// Index tensors and weights shaped to broadcast along `dim` of an NCHW tensor.
+    fn tensors(&self, dim: usize, device: &Device) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+        let n = self.i0.len();
+        let wshape: Vec<usize> = if dim == 2 { vec![n, 1] } else { vec![n] };
+        Ok((
+            Tensor::new(self.i0.as_slice(), device)?,
+            Tensor::new(self.i1.as_slice(), device)?,
+            Tensor::new(self.l0.as_slice(), device)?.reshape(wshape.as_slice())?,
+            Tensor::new(self.l1.as_slice(), device)?.reshape(wshape.as_slice())?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taps_match_torch_formula_for_upscale_by_two() {
+        // 2 -> 4: src = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (i0 = 1 = last, so i1 = 1).
+        let t = LinearTaps::new(2, 4);
+        assert_eq!(t.i0, vec![0, 0, 0, 1]);
+        assert_eq!(t.i1, vec![1, 1, 1, 1]);
+        assert_eq!(t.l1, vec![0.0, 0.25, 0.75, 0.25]);
+    }
+
+    #[test]
+    fn taps_downscale_skip_pixels() {
+        // 4 -> 2: src = 0.5, 2.5: plain averages of neighbours, no antialias.
+        let t = LinearTaps::new(4, 2);
+        assert_eq!(t.i0, vec![0, 2]);
+        assert_eq!(t.i1, vec![1, 3]);
+        assert_eq!(t.l1, vec![0.5, 0.5]);
+    }
+}
