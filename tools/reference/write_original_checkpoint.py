@@ -189,6 +189,10 @@ def build_original():
     from sam2.build_sam import build_sam2
 
     model = build_sam2("edgetam.yaml", None, device="cpu", mode="eval")
+    # Meta's video predictor turns this on (build_sam2_video_predictor's hydra overrides); the
+    # image builder leaves it off. transformers always binarises masks from prompts, so match the
+    # video predictor, or the memory check compares sigmoid(mask) with (mask > 0).
+    model.binarize_mask_from_pts_for_mem_enc = True
     return model.float().eval()
 
 
