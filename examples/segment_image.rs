@@ -21,18 +21,36 @@ fn main() -> Result<()> {
     } else {
         EdgeTam::load(&args[0], &device)?
     };
-    let img = image::open(&args[1]).with_context(|| format!("reading {}", args[1]))?.to_rgb8();
+    let img = image::open(&args[1])
+        .with_context(|| format!("reading {}", args[1]))?
+        .to_rgb8();
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let b: Vec<f32> = args[2..].iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let b: Vec<f32> = args[2..]
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?;
 
     // Encode once; any number of prompts can then be decoded against the same embedding.
     let embedding = model.encode_image(img.as_raw(), w, h)?;
-    let seg = model.segment(&embedding, &Prompt::from_box(b[0], b[1], b[2], b[3]), MultimaskMode::Auto)?;
+    let seg = model.segment(
+        &embedding,
+        &Prompt::from_box(b[0], b[1], b[2], b[3]),
+        MultimaskMode::Auto,
+    )?;
     let (_, mask) = model.mask_at_original(&embedding, &seg)?;
     let (area, bbox) = mask_area_and_box(&mask)?;
-    println!("score {:.3}, IoU {:.3}, area {area} px, box {bbox:?}", seg.object_score, seg.iou());
+    println!(
+        "score {:.3}, IoU {:.3}, area {area} px, box {bbox:?}",
+        seg.object_score,
+        seg.iou()
+    );
 
-    let pixels: Vec<u8> = mask.flatten_all()?.to_vec1::<u8>()?.iter().map(|&m| m * 255).collect();
+    let pixels: Vec<u8> = mask
+        .flatten_all()?
+        .to_vec1::<u8>()?
+        .iter()
+        .map(|&m| m * 255)
+        .collect();
     image::GrayImage::from_raw(w as u32, h as u32, pixels)
         .context("mask size")?
         .save("mask.png")?;

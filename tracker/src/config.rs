@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 pub struct EdgeTamConfig {
     /// Side of the square model input (1024 for the released model).
     pub image_size: usize,
+    /// Absent in a config file means transformers' default, a SAM 2 Hiera encoder: rejected.
+    #[serde(default = "VisionConfig::unspecified")]
     pub vision_config: VisionConfig,
     pub prompt_encoder_config: PromptEncoderConfig,
     pub mask_decoder_config: MaskDecoderConfig,
@@ -61,6 +63,8 @@ impl Default for EdgeTamConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct VisionConfig {
+    /// Absent in a config file means transformers' default timm config (a resnet50): rejected.
+    #[serde(default = "BackboneConfig::unspecified")]
     pub backbone_config: BackboneConfig,
     /// Backbone channels from the deepest stage to the shallowest (384, 192, 96, 48).
     pub backbone_channel_list: Vec<usize>,
@@ -90,15 +94,38 @@ impl Default for VisionConfig {
     }
 }
 
+impl VisionConfig {
+    fn unspecified() -> Self {
+        Self {
+            backbone_config: BackboneConfig::unspecified(),
+            ..Self::default()
+        }
+    }
+}
+
 /// `vision_config.backbone_config`: a timm wrapper; only `repvit_m1` is implemented.
+///
+/// Fields missing from a file are `None` (transformers then builds its default, a resnet50).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
 pub struct BackboneConfig {
+    #[serde(default)]
     pub architecture: Option<String>,
+    #[serde(default)]
     /// transformers' default vision config misspells the key ("archirecture") and so silently
     /// builds a resnet50; we read it only to report that trap clearly.
     pub archirecture: Option<String>,
+    #[serde(default)]
     pub model_type: Option<String>,
+}
+
+impl BackboneConfig {
+    fn unspecified() -> Self {
+        Self {
+            architecture: None,
+            archirecture: None,
+            model_type: None,
+        }
+    }
 }
 
 impl Default for BackboneConfig {

@@ -13,7 +13,7 @@ use candle_nn::VarBuilder;
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::image_encoder::{ImageEncoder, ImageFeatures};
-use crate::layers::FeedForward;
+use crate::layers::{Activation, FeedForward};
 use crate::mask_decoder::MaskDecoder;
 use crate::postprocess;
 use crate::preprocess;
@@ -258,6 +258,7 @@ impl EdgeTam {
             hidden,
             hidden,
             3,
+            Activation::Relu,
             false,
             vb.pp("object_pointer_proj"),
         )?;

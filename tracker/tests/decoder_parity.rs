@@ -54,8 +54,8 @@ fn decoder_parity_image_1024_prompt_and_post() {
     let (fx, w) = load("image_1024");
     assert!(!fx.is_full());
     let reports = decoder::run(&fx, &w).expect("checks run");
-    // pe + 2 cases x (sparse, dense, post mask).
-    assert_eq!(reports.len(), 1 + 2 * 3, "unexpected report count");
+    // pe + 3 cases (point1, box, box_points) x (sparse, dense, post mask).
+    assert_eq!(reports.len(), 1 + 3 * 3, "unexpected report count");
     assert_all_pass(&reports);
 }
 

@@ -88,7 +88,7 @@ fn missing_model_path_is_an_error() {
 #[test]
 fn resnet_typo_config_is_rejected() {
     let text = r#"{"vision_config": {"backbone_config": {"archirecture": "repvit_m1"}}}"#;
-    let err = EdgeTamConfig::from_json(text).err().expect("must fail");
+    let err = EdgeTamConfig::from_json(text).expect_err("must fail");
     assert!(err.to_string().contains("archirecture"), "{err}");
 }
 
@@ -109,4 +109,20 @@ fn random_weights_run_end_to_end() {
     let (logits, mask) = model.mask_at_original(&emb, &seg).unwrap();
     assert_eq!(mask.dims(), &[h, w]);
     assert_eq!(logits.dims(), &[1, 1, h, w]);
+}
+
+#[test]
+fn config_without_backbone_is_rejected() {
+    for text in [
+        r#"{}"#,
+        r#"{"vision_config": {}}"#,
+        r#"{"vision_config": {"backbone_config": {}}}"#,
+    ] {
+        let err = EdgeTamConfig::from_json(text).expect_err("must fail");
+        assert!(err.to_string().contains("repvit_m1"), "{text}: {err}");
+    }
+    let ok = r#"{"vision_config": {"backbone_config": {"architecture": "repvit_m1"}}}"#;
+    let cfg = EdgeTamConfig::from_json(ok).expect("minimal config");
+    assert_eq!(cfg.image_size, 1024);
+    assert_eq!(cfg.embed_size(), 64);
 }

@@ -158,10 +158,11 @@ pub fn run_with_model(fx: &Fixture, model: &EdgeTam) -> Result<Vec<StageReport>>
                 reference,
             )?);
         }
+        let reference = fx.get(&format!("post.{case}.mask"))?;
         reports.push(mask_report(
             format!("post.{case}.mask"),
-            &mask,
-            fx.get(&format!("post.{case}.mask"))?,
+            &mask.reshape(reference.shape())?,
+            reference,
         )?);
     }
     Ok(reports)
