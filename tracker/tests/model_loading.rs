@@ -126,3 +126,12 @@ fn config_without_backbone_is_rejected() {
     assert_eq!(cfg.image_size, 1024);
     assert_eq!(cfg.embed_size(), 64);
 }
+
+/// Meta's original `edgetam.pt` layout builds the whole single-frame model through the key map
+/// (no config.json beside it: the released config is used).
+#[test]
+fn original_checkpoint_builds_the_model() {
+    let model = EdgeTam::load(fixtures().join("original/edgetam.pt"), &Device::Cpu)
+        .expect("original layout loads");
+    assert_eq!(model.config().image_size, 1024);
+}
