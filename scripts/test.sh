@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Runs the whole test suite as CI does: system packages, formatting, lints, then the tests in
-# release mode (the model is far too slow unoptimised).
+# release mode (the model is far too slow unoptimised). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
-cargo test --release --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
+# add them up so the closing line says how many tests ran in all.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
