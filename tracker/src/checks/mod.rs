@@ -5,6 +5,8 @@
 
 pub mod decoder;
 pub mod frame;
+pub mod memory;
+pub mod memory_attention;
 pub mod vision;
 
 use crate::compare::Comparison;

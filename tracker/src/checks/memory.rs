@@ -1,0 +1,1 @@
+//! Video-path stage checks: not implemented yet (video-tracking issue).

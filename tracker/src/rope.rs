@@ -1,0 +1,1 @@
+//! Video-path stage: not implemented yet (video-tracking issue).
