@@ -33,6 +33,39 @@ pub struct EdgeTamConfig {
     pub max_object_pointers_in_encoder: usize,
     pub max_cond_frame_num: i64,
     pub memory_encoder_output_channels: usize,
+    // --- Memory attention (conditions a tracked frame's features on the memory bank) ---
+    /// Width of the memory-attention stream (the level-2 feature width, 256).
+    pub memory_attention_hidden_size: usize,
+    pub memory_attention_num_layers: usize,
+    pub memory_attention_num_attention_heads: usize,
+    /// Attention internal width is `hidden_size / downsample_rate`.
+    pub memory_attention_downsample_rate: usize,
+    pub memory_attention_mlp_hidden_size: usize,
+    /// `"relu"` (EdgeTAM) or `"gelu"`.
+    pub memory_attention_mlp_hidden_act: String,
+    /// Query RoPE grid `[width, height]`: the level-2 feature grid (64x64 at 1024).
+    pub memory_attention_rope_feat_sizes: [usize; 2],
+    /// Key RoPE grid `[width, height]`: the perceiver's 2-D latents (16x16 at every image size).
+    pub memory_attention_rope_k_sizes: [usize; 2],
+    pub rope_parameters: RopeParameters,
+}
+
+/// `rope_parameters`: the memory attention's axial RoPE.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct RopeParameters {
+    pub rope_theta: f64,
+    /// Only `"axial"` exists for EdgeTAM.
+    pub rope_type: String,
+}
+
+impl Default for RopeParameters {
+    fn default() -> Self {
+        Self {
+            rope_theta: 10_000.0,
+            rope_type: "axial".into(),
+        }
+    }
 }
 
 impl Default for EdgeTamConfig {
@@ -55,6 +88,15 @@ impl Default for EdgeTamConfig {
             max_object_pointers_in_encoder: 16,
             max_cond_frame_num: -1,
             memory_encoder_output_channels: 64,
+            memory_attention_hidden_size: 256,
+            memory_attention_num_layers: 2,
+            memory_attention_num_attention_heads: 1,
+            memory_attention_downsample_rate: 1,
+            memory_attention_mlp_hidden_size: 2048,
+            memory_attention_mlp_hidden_act: "relu".into(),
+            memory_attention_rope_feat_sizes: [64, 64],
+            memory_attention_rope_k_sizes: [16, 16],
+            rope_parameters: RopeParameters::default(),
         }
     }
 }
@@ -233,6 +275,7 @@ impl EdgeTamConfig {
         cfg.prompt_encoder_config.image_size = s;
         cfg.vision_config.backbone_feature_sizes =
             vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
+        cfg.memory_attention_rope_feat_sizes = [s / 16, s / 16];
         cfg.validate()?;
         Ok(cfg)
     }

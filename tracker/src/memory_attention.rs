@@ -1,1 +1,432 @@
-//! Video-path stage: not implemented yet (video-tracking issue).
+//! Memory attention (`EdgeTamVideoMemoryAttention`): conditions a tracked frame's level-2
+//! features on the object's memory bank before the mask decoder sees them.
+//!
+//! Layout of one object's memory, in tokens of `memory_encoder_output_channels` (64):
+//! `num_spatial_memory_tokens` spatial memories of equal length (512 in EdgeTAM: the perceiver's
+//! 256 1-D latents, then its 16x16 2-D latents), then `num_object_pointer_tokens` pointer tokens
+//! (each 256-d pointer split into 4 tokens). Only the 2-D latents get the key RoPE; every memory
+//! reuses the same 16x16 key grid.
+//!
+//! Each layer is pre-norm: RoPE self-attention over the frame's grid, RoPE cross-attention to the
+//! memory (keys `memory + memory_pos`, values `memory`), a ReLU MLP, each added to the residual;
+//! a final LayerNorm closes the stack. The API is batch first (`[B, tokens, channels]`); the
+//! reference takes sequence-first tensors and transposes them itself.
+
+use candle_core::{Module, Tensor};
+use candle_nn::{linear, Linear, VarBuilder};
+
+use crate::config::EdgeTamConfig;
+use crate::error::{Error, Result};
+use crate::layers::{Activation, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::rope::AxialRope;
+
+/// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
+fn invalid(message: String) -> Error {
+    Error::Tensor(candle_core::Error::Msg(format!(
+        "memory attention: {message}"
+    )))
+}
+
+/// How the keys of a cross-attention are laid out for RoPE (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct KeyLayout {
+    /// Trailing tokens left unrotated (object pointers).
+    num_excluded: usize,
+    /// Number of equal-length memories the rotated part is made of.
+    num_memories: usize,
+}
+
+/// `EdgeTamVideoRoPESelfAttention` / `EdgeTamVideoRoPECrossAttention`: projections, RoPE on
+/// queries and keys, softmax attention, output projection.
+#[derive(Debug, Clone)]
+struct RopeAttention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    num_heads: usize,
+    head_dim: usize,
+    scaling: f64,
+}
+
+impl RopeAttention {
+    fn new(
+        hidden: usize,
+        kv_in: usize,
+        internal: usize,
+        num_heads: usize,
+        vb: VarBuilder,
+    ) -> candle_core::Result<Self> {
+        let head_dim = internal / num_heads;
+        Ok(Self {
+            q_proj: linear(hidden, internal, vb.pp("q_proj"))?,
+            k_proj: linear(kv_in, internal, vb.pp("k_proj"))?,
+            v_proj: linear(kv_in, internal, vb.pp("v_proj"))?,
+            o_proj: linear(internal, hidden, vb.pp("o_proj"))?,
+            num_heads,
+            head_dim,
+            scaling: (head_dim as f64).powf(-0.5),
+        })
+    }
+
+    /// `query`: `[B, Lq, C]`, `key`/`value`: `[B, Lk, Ckv]` -> `[B, Lq, C]`. Queries are rotated
+    /// with `q_rope`; keys with `q_rope` too (self-attention, `k_layout` None) or, per
+    /// `k_layout`, with `k_rope` on the 2-D part of each memory.
+    fn forward(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        q_rope: &AxialRope,
+        k_rope: &AxialRope,
+        k_layout: Option<KeyLayout>,
+    ) -> Result<Tensor> {
+        let (b, lq, _) = query.dims3()?;
+        let q = q_rope.apply(&self.split_heads(&self.q_proj.forward(query)?)?)?;
+        let k = self.split_heads(&self.k_proj.forward(key)?)?;
+        let v = self.split_heads(&self.v_proj.forward(value)?)?;
+        let k = match k_layout {
+            None => q_rope.apply(&k)?,
+            Some(layout) => rotate_memory_keys(&k, k_rope, layout)?,
+        };
+        // Scale after the product, softmax in f32: the reference's (eager) order.
+        let logits = (q.matmul(&k.t()?.contiguous()?)? * self.scaling)?;
+        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
+        let out = weights.matmul(&v)?; // [B, heads, Lq, head_dim]
+        let out =
+            out.transpose(1, 2)?
+                .contiguous()?
+                .reshape((b, lq, self.num_heads * self.head_dim))?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+
+    /// `[B, L, heads * head_dim]` -> contiguous `[B, heads, L, head_dim]`.
+    fn split_heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, l, _) = x.dims3()?;
+        x.reshape((b, l, self.num_heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()
+    }
+}
+
+/// `apply_rotary_pos_emb_2d_cross_attn` for the keys: `k` `[B, heads, Lk, D]`; the last
+/// `num_excluded` tokens and the leading (1-D) tokens of each memory stay as they are, the
+/// trailing `k_rope.len()` tokens of each memory are rotated with the key grid.
+fn rotate_memory_keys(k: &Tensor, k_rope: &AxialRope, layout: KeyLayout) -> Result<Tensor> {
+    let (b, heads, lk, d) = k.dims4()?;
+    let KeyLayout {
+        num_excluded,
+        num_memories,
+    } = layout;
+    let rotated_len = lk.checked_sub(num_excluded).ok_or_else(|| {
+        invalid(format!(
+            "{num_excluded} pointer tokens > {lk} memory tokens"
+        ))
+    })?;
+    if rotated_len == 0 {
+        return Ok(k.clone());
+    }
+    if num_memories == 0 || !rotated_len.is_multiple_of(num_memories) {
+        return Err(invalid(format!(
+            "{rotated_len} spatial memory tokens do not split into {num_memories} memories"
+        )));
+    }
+    let per_memory = rotated_len / num_memories;
+    let spatial = k_rope.len();
+    let Some(latent_1d) = per_memory.checked_sub(spatial) else {
+        return Err(invalid(format!(
+            "a memory of {per_memory} tokens cannot hold the {spatial} tokens of the key grid"
+        )));
+    };
+    let grouped = k
+        .narrow(2, 0, rotated_len)?
+        .reshape((b, heads, num_memories, per_memory, d))?;
+    let rotated = k_rope.apply(&grouped.narrow(3, latent_1d, spatial)?)?;
+    let memories = Tensor::cat(&[&grouped.narrow(3, 0, latent_1d)?, &rotated], 3)?.reshape((
+        b,
+        heads,
+        rotated_len,
+        d,
+    ))?;
+    if num_excluded == 0 {
+        return Ok(memories);
+    }
+    Ok(Tensor::cat(
+        &[&memories, &k.narrow(2, rotated_len, num_excluded)?],
+        2,
+    )?)
+}
+
+/// `EdgeTamVideoMemoryAttentionMLP`: `down_proj(act(up_proj(x)))`.
+#[derive(Debug, Clone)]
+struct Mlp {
+    up_proj: Linear,
+    down_proj: Linear,
+    activation: Activation,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.down_proj
+            .forward(&self.activation.apply(&self.up_proj.forward(x)?)?)
+    }
+}
+
+/// One pre-norm layer (`EdgeTamVideoMemoryAttentionLayer`).
+#[derive(Debug, Clone)]
+struct MemoryAttentionLayer {
+    self_attn: RopeAttention,
+    cross_attn_image: RopeAttention,
+    mlp: Mlp,
+    layer_norm1: LayerNorm,
+    layer_norm2: LayerNorm,
+    layer_norm3: LayerNorm,
+}
+
+impl MemoryAttentionLayer {
+    fn forward(
+        &self,
+        x: &Tensor,
+        memory_key: &Tensor,
+        memory: &Tensor,
+        rope: (&AxialRope, &AxialRope),
+        layout: KeyLayout,
+    ) -> Result<Tensor> {
+        let (q_rope, k_rope) = rope;
+        let q = self.layer_norm1.forward(x)?;
+        let x = (x + self.self_attn.forward(&q, &q, &q, q_rope, k_rope, None)?)?;
+        let q = self.layer_norm2.forward(&x)?;
+        let update =
+            self.cross_attn_image
+                .forward(&q, memory_key, memory, q_rope, k_rope, Some(layout))?;
+        let x = (x + update)?;
+        let q = self.layer_norm3.forward(&x)?;
+        Ok((&x + self.mlp.forward(&q)?)?)
+    }
+}
+
+/// The memory attention stack, with its RoPE tables built once.
+#[derive(Debug, Clone)]
+pub struct MemoryAttention {
+    layers: Vec<MemoryAttentionLayer>,
+    layer_norm: LayerNorm,
+    query_rope: AxialRope,
+    key_rope: AxialRope,
+    hidden: usize,
+    memory_dim: usize,
+}
+
+/// The memory attention's result with every layer's output (for the stage checks).
+#[derive(Debug, Clone)]
+pub struct MemoryAttentionTrace {
+    /// `[B, HW, hidden]` after each layer (before the final LayerNorm).
+    pub layers: Vec<Tensor>,
+    /// `[B, HW, hidden]`: the final output.
+    pub output: Tensor,
+}
+
+impl MemoryAttention {
+    /// Builds the stack from `vb` (prefix `memory_attention`); the RoPE tables live on `vb`'s
+    /// device.
+    pub fn new(cfg: &EdgeTamConfig, vb: VarBuilder) -> Result<Self> {
+        let config_error = |message: String| Error::Config {
+            path: "<config>".into(),
+            message,
+        };
+        let hidden = cfg.memory_attention_hidden_size;
+        let heads = cfg.memory_attention_num_attention_heads;
+        let internal = hidden / cfg.memory_attention_downsample_rate.max(1);
+        if heads == 0 || !internal.is_multiple_of(heads) {
+            return Err(config_error(format!(
+                "memory attention width {internal} is not divisible by {heads} heads"
+            )));
+        }
+        let head_dim = internal / heads;
+        let activation = match cfg.memory_attention_mlp_hidden_act.as_str() {
+            "relu" => Activation::Relu,
+            "gelu" => Activation::Gelu,
+            other => {
+                return Err(config_error(format!(
+                    "memory_attention_mlp_hidden_act `{other}` is not supported (relu, gelu)"
+                )))
+            }
+        };
+        if cfg.rope_parameters.rope_type != "axial" {
+            return Err(config_error(format!(
+                "rope_type `{}` is not supported (only `axial`)",
+                cfg.rope_parameters.rope_type
+            )));
+        }
+        let embed = cfg.embed_size();
+        if cfg.memory_attention_rope_feat_sizes != [embed, embed] {
+            return Err(config_error(format!(
+                "memory_attention_rope_feat_sizes {:?} do not match the {embed}x{embed} feature grid \
+                 of image_size {}",
+                cfg.memory_attention_rope_feat_sizes, cfg.image_size
+            )));
+        }
+        let device = vb.device().clone();
+        let theta = cfg.rope_parameters.rope_theta;
+        let rope_err = |e: candle_core::Error| config_error(e.to_string());
+        let query_rope = AxialRope::new(
+            head_dim,
+            theta,
+            cfg.memory_attention_rope_feat_sizes,
+            &device,
+        )
+        .map_err(rope_err)?;
+        let key_rope = AxialRope::new(head_dim, theta, cfg.memory_attention_rope_k_sizes, &device)
+            .map_err(rope_err)?;
+        let memory_dim = cfg.memory_encoder_output_channels;
+        let mlp_dim = cfg.memory_attention_mlp_hidden_size;
+        let layers = (0..cfg.memory_attention_num_layers)
+            .map(|i| {
+                let vb = vb.pp("layers").pp(i);
+                let norm = |name: &str| LayerNorm::new(hidden, TORCH_LAYER_NORM_EPS, vb.pp(name));
+                Ok(MemoryAttentionLayer {
+                    self_attn: RopeAttention::new(
+                        hidden,
+                        hidden,
+                        internal,
+                        heads,
+                        vb.pp("self_attn"),
+                    )?,
+                    cross_attn_image: RopeAttention::new(
+                        hidden,
+                        memory_dim,
+                        internal,
+                        heads,
+                        vb.pp("cross_attn_image"),
+                    )?,
+                    mlp: Mlp {
+                        up_proj: linear(hidden, mlp_dim, vb.pp("mlp").pp("up_proj"))?,
+                        down_proj: linear(mlp_dim, hidden, vb.pp("mlp").pp("down_proj"))?,
+                        activation,
+                    },
+                    layer_norm1: norm("layer_norm1")?,
+                    layer_norm2: norm("layer_norm2")?,
+                    layer_norm3: norm("layer_norm3")?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self {
+            layers,
+            layer_norm: LayerNorm::new(hidden, TORCH_LAYER_NORM_EPS, vb.pp("layer_norm"))?,
+            query_rope,
+            key_rope,
+            hidden,
+            memory_dim,
+        })
+    }
+
+    /// Conditions `current` on `memory`.
+    ///
+    /// * `current`, `current_pos`: `[B, HW, hidden]`, the frame's level-2 features and their sine
+    ///   position encoding (HW = the query RoPE grid).
+    /// * `memory`, `memory_pos`: `[B, M, memory_dim]` in the layout of the module docs;
+    ///   `memory_pos` already includes the temporal encodings.
+    /// * `num_object_pointer_tokens`: trailing pointer tokens of `memory` (no RoPE).
+    /// * `num_spatial_memory_tokens`: how many spatial memories precede them (transformers'
+    ///   name; it counts memories, not tokens).
+    ///
+    /// Returns `[B, HW, hidden]`. Objects in the batch are independent.
+    pub fn forward(
+        &self,
+        current: &Tensor,
+        current_pos: &Tensor,
+        memory: &Tensor,
+        memory_pos: &Tensor,
+        num_object_pointer_tokens: usize,
+        num_spatial_memory_tokens: usize,
+    ) -> Result<Tensor> {
+        self.run(
+            current,
+            current_pos,
+            memory,
+            memory_pos,
+            KeyLayout {
+                num_excluded: num_object_pointer_tokens,
+                num_memories: num_spatial_memory_tokens,
+            },
+            None,
+        )
+    }
+
+    /// As [`Self::forward`], also returning every layer's output.
+    pub fn forward_traced(
+        &self,
+        current: &Tensor,
+        current_pos: &Tensor,
+        memory: &Tensor,
+        memory_pos: &Tensor,
+        num_object_pointer_tokens: usize,
+        num_spatial_memory_tokens: usize,
+    ) -> Result<MemoryAttentionTrace> {
+        let mut layers = Vec::with_capacity(self.layers.len());
+        let output = self.run(
+            current,
+            current_pos,
+            memory,
+            memory_pos,
+            KeyLayout {
+                num_excluded: num_object_pointer_tokens,
+                num_memories: num_spatial_memory_tokens,
+            },
+            Some(&mut layers),
+        )?;
+        Ok(MemoryAttentionTrace { layers, output })
+    }
+
+    fn run(
+        &self,
+        current: &Tensor,
+        current_pos: &Tensor,
+        memory: &Tensor,
+        memory_pos: &Tensor,
+        layout: KeyLayout,
+        mut trace: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
+        let (b, hw, c) = current.dims3()?;
+        if c != self.hidden || hw != self.query_rope.len() {
+            return Err(invalid(format!(
+                "current features {:?} are not [B, {}, {}] (the {:?} query grid)",
+                current.dims(),
+                self.query_rope.len(),
+                self.hidden,
+                self.query_rope.grid()
+            )));
+        }
+        if current_pos.dims() != current.dims() {
+            return Err(invalid(format!(
+                "current position {:?} differs from the features {:?}",
+                current_pos.dims(),
+                current.dims()
+            )));
+        }
+        let (mb, m, mc) = memory.dims3()?;
+        if mb != b || mc != self.memory_dim || memory_pos.dims() != memory.dims() {
+            return Err(invalid(format!(
+                "memory {:?} / position {:?} are not [{b}, M, {}]",
+                memory.dims(),
+                memory_pos.dims(),
+                self.memory_dim
+            )));
+        }
+        if layout.num_excluded > m {
+            return Err(invalid(format!(
+                "{} pointer tokens > {m} memory tokens",
+                layout.num_excluded
+            )));
+        }
+        let mut x = (current + (current_pos * 0.1)?)?;
+        let memory_key = (memory + memory_pos)?;
+        let rope = (&self.query_rope, &self.key_rope);
+        for layer in &self.layers {
+            x = layer.forward(&x, &memory_key, memory, rope, layout)?;
+            if let Some(trace) = trace.as_deref_mut() {
+                trace.push(x.clone());
+            }
+        }
+        Ok(self.layer_norm.forward(&x)?)
+    }
+}
