@@ -7,6 +7,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 use edgetam_tracker::checks::memory_attention;
 use edgetam_tracker::fixture::Fixture;
+use edgetam_tracker::memory_attention::MemoryAttention;
 use edgetam_tracker::rope::{rotate_pairwise, AxialRope};
 use edgetam_tracker::Weights;
 
@@ -170,4 +171,40 @@ fn axial_rope_rejects_bad_sizes() {
     } else {
         panic!("setup failed");
     }
+}
+
+/// Every `memory_attention.*` tensor of the checkpoint is read, with the default (1024) config
+/// too (64x64 query grid).
+#[test]
+fn memory_attention_reads_all_its_weights() -> edgetam_tracker::Result<()> {
+    let dev = Device::Cpu;
+    let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
+    let cfg = edgetam_tracker::EdgeTamConfig::from_file(fixtures().join("model/config.json"))?;
+    assert_eq!(cfg.memory_attention_rope_feat_sizes, [64, 64]);
+    MemoryAttention::new(&cfg, weights.var_builder(&dev).pp("memory_attention"))?;
+    let mut others: Vec<String> = weights
+        .tensors()
+        .keys()
+        .filter(|k| !k.starts_with("memory_attention."))
+        .map(|k| match k.split_once('.') {
+            Some((top, _)) => format!("{top}."),
+            None => k.clone(),
+        })
+        .collect();
+    others.sort();
+    others.dedup();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    weights.check_all_used_except(&others)
+}
+
+/// A config whose query grid does not match its image size is rejected when building.
+#[test]
+fn memory_attention_rejects_mismatched_grid() -> edgetam_tracker::Result<()> {
+    let (fx, weights) = load()?;
+    let mut cfg = fx.config.clone();
+    cfg.memory_attention_rope_feat_sizes = [64, 64];
+    let dev = Device::Cpu;
+    let built = MemoryAttention::new(&cfg, weights.var_builder(&dev).pp("memory_attention"));
+    assert!(matches!(built, Err(edgetam_tracker::Error::Config { .. })));
+    Ok(())
 }
