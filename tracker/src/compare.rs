@@ -24,7 +24,7 @@ fn flat_f64(t: &Tensor) -> Result<Vec<f64>> {
 /// Compares two tensors of the same shape (any float or integer dtype).
 pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
     if actual.dims() != expected.dims() {
-        return Err(Error::InvalidImage(format!(
+        return Err(Error::Fixture(format!(
             "shape mismatch: got {:?}, expected {:?}",
             actual.dims(),
             expected.dims()
@@ -68,7 +68,7 @@ pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
 /// Intersection over union of two binary masks (nonzero = inside). Two empty masks give 1.
 pub fn mask_iou(a: &Tensor, b: &Tensor) -> Result<f64> {
     if a.dims() != b.dims() {
-        return Err(Error::InvalidImage(format!(
+        return Err(Error::Fixture(format!(
             "mask shape mismatch: {:?} vs {:?}",
             a.dims(),
             b.dims()

@@ -44,6 +44,9 @@ pub enum Error {
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// A reference fixture is unusable or does not match what a check compares it with.
+    #[error("fixture check: {0}")]
+    Fixture(String),
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),

@@ -76,14 +76,27 @@ impl StageReport {
 /// The parity bar of the foundation issue: relative L2 error per stage.
 pub const STAGE_REL_L2: f64 = 1e-4;
 
-/// Every check that applies to a fixture directory: per-stage vision and decoder checks, then
-/// the end-to-end single-frame path.
+/// Every check that applies to a fixture directory, chosen by the tensors it holds: image-path
+/// fixtures get the per-stage vision and decoder checks and the end-to-end single-frame path;
+/// video-stage fixtures get their stage's checks.
 pub fn run_all(
     fx: &crate::fixture::Fixture,
     weights: &crate::weights::Weights,
 ) -> crate::error::Result<Vec<StageReport>> {
-    let mut reports = vision::run(fx, weights)?;
-    reports.extend(decoder::run(fx, weights)?);
-    reports.extend(frame::run(fx, weights)?);
+    let mut reports = Vec::new();
+    if fx.has("image.rgb_u8") {
+        reports.extend(vision::run(fx, weights)?);
+        reports.extend(decoder::run(fx, weights)?);
+        reports.extend(frame::run(fx, weights)?);
+    }
+    if fx.has("memattn.output") {
+        reports.extend(memory_attention::run(fx, weights)?);
+    }
+    if reports.is_empty() {
+        return Err(crate::error::Error::Fixture(format!(
+            "{} holds no tensors any check knows (is it a fixture directory?)",
+            fx.dir.display()
+        )));
+    }
     Ok(reports)
 }
