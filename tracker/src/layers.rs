@@ -21,7 +21,9 @@ impl Activation {
     pub fn apply(self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Relu => x.relu(),
-            Self::Gelu => x.gelu_erf(),
+            // The multi-threaded kernel with torch's vectorized erf formula (candle's `gelu_erf`
+            // is scalar libm on one thread); other devices fall back to `gelu_erf`.
+            Self::Gelu => crate::repvit::gelu::gelu(x),
         }
     }
 }
