@@ -456,8 +456,9 @@ impl Attention {
         let q = self.split_heads(&self.q_proj.forward(query)?)?;
         let k = self.split_heads(&self.k_proj.forward(key)?)?;
         let v = self.split_heads(&self.v_proj.forward(value)?)?;
-        // Scale after the product, softmax in f32: the reference's order.
-        let logits = (q.matmul(&k.t()?.contiguous()?)? * self.scaling)?;
+        // Scale after the product, softmax in f32: the reference's order. The matmul reads the
+        // transposed keys in place (no copy).
+        let logits = (q.matmul(&k.t()?)? * self.scaling)?;
         let weights = candle_nn::ops::softmax_last_dim(&logits)?;
         let out = weights.matmul(&v)?; // [N, heads, Lq, head_dim]
         let out =
