@@ -253,9 +253,7 @@ impl MaskDecoder {
 struct Upscale2x {
     /// `weight [C_in, C_out, 2, 2]` as `[C_out * 4, C_in]`.
     weight_t: Tensor,
-    /// `[1, C_out, 1, 1, 1, 1]`, broadcast over `[N, C_out, H, 2, W, 2]`.
     bias: Tensor,
-    out_channels: usize,
 }
 
 impl Upscale2x {
@@ -267,20 +265,15 @@ impl Upscale2x {
                 .reshape((in_channels, out_channels * 4))?
                 .t()?
                 .contiguous()?,
-            bias: bias.reshape((1, out_channels, 1, 1, 1, 1))?,
-            out_channels,
+            bias,
         })
     }
 
     /// `x`: `[N, C_in, h * w]` (any strides) -> `[N, C_out, 2h, 2w]`.
     fn forward(&self, x: &Tensor, h: usize, w: usize) -> candle_core::Result<Tensor> {
         let (n, _, _) = x.dims3()?;
-        let co = self.out_channels;
         let y = self.weight_t.broadcast_left(n)?.matmul(x)?; // [N, C_out * 4, hw]
-        y.reshape((n, co, 2, 2, h, w))?
-            .permute((0, 1, 4, 2, 5, 3))?
-            .broadcast_add(&self.bias)?
-            .reshape((n, co, 2 * h, 2 * w))
+        crate::kernels::interleave_2x2(&y, &self.bias, h, w)
     }
 }
 
