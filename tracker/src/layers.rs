@@ -5,7 +5,7 @@
 //! [`VarBuilder`] prefix, same order of floating-point operations where it matters), so stages can
 //! be checked against the reference one by one.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
 /// Activation between the layers of a [`FeedForward`].
@@ -21,7 +21,9 @@ impl Activation {
     pub fn apply(self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Relu => x.relu(),
-            Self::Gelu => x.gelu_erf(),
+            // The multi-threaded kernel with torch's vectorized erf formula (candle's `gelu_erf`
+            // is scalar libm on one thread); other devices fall back to `gelu_erf`.
+            Self::Gelu => crate::repvit::gelu::gelu(x),
         }
     }
 }
@@ -53,6 +55,20 @@ impl LayerNorm {
 
     /// Normalises `x` over `dim` (whose size is the weight's); other dims are independent.
     pub fn forward_dim(&self, x: &Tensor, dim: usize) -> Result<Tensor> {
+        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        if f32_cpu(x) && f32_cpu(&self.weight) && f32_cpu(&self.bias) && dim < x.rank() {
+            let op = NormOp { dim, eps: self.eps };
+            return x.contiguous()?.apply_op3_no_bwd(
+                &self.weight.contiguous()?,
+                &self.bias.contiguous()?,
+                &op,
+            );
+        }
+        self.forward_dim_ops(x, dim)
+    }
+
+    /// The device-agnostic path: blocked f32 sums with ordinary tensor ops.
+    fn forward_dim_ops(&self, x: &Tensor, dim: usize) -> Result<Tensor> {
         let mean = blocked_mean_keepdim(x, dim)?;
         let centred = x.broadcast_sub(&mean)?;
         let var = blocked_mean_keepdim(&centred.sqr()?, dim)?;
@@ -70,6 +86,223 @@ impl Module for LayerNorm {
     /// Normalises over the last dimension (token LayerNorm).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_dim(x, x.rank().saturating_sub(1))
+    }
+}
+
+/// LayerNorm over one dimension of a contiguous f32 CPU tensor in a single multi-threaded pass
+/// per slab: mean and centred variance accumulated in f64 (at least as accurate as the blocked
+/// f32 sums of the tensor-op path, which took a dozen kernel launches and temporaries).
+struct NormOp {
+    dim: usize,
+    eps: f64,
+}
+
+/// Contiguous f32 slice of a storage, or an error naming `what`.
+fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
+    let data = match storage {
+        CpuStorage::F32(v) => v,
+        _ => candle_core::bail!("layer norm: {what} must be f32"),
+    };
+    match layout.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("layer norm: {what} must be contiguous"),
+    }
+}
+
+/// Number of worker threads for CPU kernels.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+}
+
+/// Sum of `f64::from(f(v))` over `xs` in 8 independent lanes (vectorizes; no long dependency
+/// chain).
+#[inline(always)]
+fn sum_f64(xs: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for ch in chunks {
+        for (l, &v) in lanes.iter_mut().zip(ch) {
+            *l += f(v);
+        }
+    }
+    let mut total: f64 = lanes.iter().sum();
+    for &v in rest {
+        total += f(v);
+    }
+    total
+}
+
+impl NormOp {
+    /// `sqrt(var + eps)` rounded to f32 from an f64 sum of squared deviations.
+    fn denom(&self, sq_sum: f64, channels: usize) -> f32 {
+        (sq_sum / channels as f64 + self.eps).sqrt() as f32
+    }
+
+    /// Normalises one contiguous row (last-dim norm).
+    fn row(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
+        let n = x.len();
+        // The mean is rounded to f32 and subtracted in f32, as the tensor-op path does.
+        let mean = (sum_f64(x, f64::from) / n as f64) as f32;
+        let denom = self.denom(
+            sum_f64(x, |v| {
+                let d = f64::from(v - mean);
+                d * d
+            }),
+            n,
+        );
+        for (((o, &v), &wc), &bc) in out.iter_mut().zip(x).zip(w).zip(b) {
+            *o = (v - mean) / denom * wc + bc;
+        }
+    }
+
+    /// Mean and denominator of `n` adjacent columns of a `[channels, stride]` block starting at
+    /// `x[0]` (channels-first norm): row-by-row f64 accumulation, which vectorizes over columns.
+    fn columns(
+        &self,
+        x: &[f32],
+        stride: usize,
+        channels: usize,
+        mean: &mut [f32],
+        den: &mut [f32],
+    ) {
+        let n = mean.len();
+        let mut acc = vec![0f64; n];
+        for c in 0..channels {
+            for (a, &v) in acc.iter_mut().zip(&x[c * stride..c * stride + n]) {
+                *a += f64::from(v);
+            }
+        }
+        for (m, a) in mean.iter_mut().zip(&acc) {
+            *m = (a / channels as f64) as f32;
+        }
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for c in 0..channels {
+            for ((a, &v), &m) in acc
+                .iter_mut()
+                .zip(&x[c * stride..c * stride + n])
+                .zip(&*mean)
+            {
+                let d = f64::from(v - m);
+                *a += d * d;
+            }
+        }
+        for (d, a) in den.iter_mut().zip(&acc) {
+            *d = self.denom(*a, channels);
+        }
+    }
+}
+
+impl CustomOp3 for NormOp {
+    fn name(&self) -> &'static str {
+        "layer-norm-f64-stats"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s1, l1, "input")?;
+        let w = f32_slice(s2, l2, "weight")?;
+        let b = f32_slice(s3, l3, "bias")?;
+        let dims = l1.shape().dims();
+        let channels = dims.get(self.dim).copied().unwrap_or(0);
+        if channels == 0 || w.len() != channels || b.len() != channels {
+            candle_core::bail!(
+                "layer norm over dim {} of {dims:?} with {} weights and {} biases",
+                self.dim,
+                w.len(),
+                b.len()
+            );
+        }
+        let inner: usize = dims[self.dim + 1..].iter().product();
+        let mut out = vec![0f32; x.len()];
+        if inner == 0 || x.is_empty() {
+            return Ok((CpuStorage::F32(out), l1.shape().clone()));
+        }
+        let threads = threads();
+        // Below ~32K elements per thread, spawning costs more than it saves.
+        const GRAIN: usize = 1 << 15;
+        if inner == 1 {
+            let rows = x.len() / channels;
+            let per = rows.div_ceil(threads).max(GRAIN.div_ceil(channels)) * channels;
+            std::thread::scope(|scope| {
+                for (o, i) in out.chunks_mut(per).zip(x.chunks(per)) {
+                    scope.spawn(move || {
+                        for (o, i) in o.chunks_mut(channels).zip(i.chunks(channels)) {
+                            self.row(i, o, w, b);
+                        }
+                    });
+                }
+            });
+            return Ok((CpuStorage::F32(out), l1.shape().clone()));
+        }
+        // Channels-first: statistics per column (split over threads by column), then the output
+        // row by row (split by channel rows).
+        let slab = channels * inner;
+        let columns = x.len() / channels;
+        let mut mean = vec![0f32; columns];
+        let mut den = vec![0f32; columns];
+        let per = columns
+            .div_ceil(threads)
+            .max(GRAIN.div_ceil(channels))
+            .min(columns);
+        // Column blocks small enough for their f64 accumulators to stay in L1.
+        const BLOCK: usize = 512;
+        std::thread::scope(|scope| {
+            for (t, (m, d)) in mean.chunks_mut(per).zip(den.chunks_mut(per)).enumerate() {
+                scope.spawn(move || {
+                    let mut col = t * per;
+                    let end = col + m.len();
+                    while col < end {
+                        let (s, j) = (col / inner, col % inner);
+                        let n = BLOCK.min(inner - j).min(end - col);
+                        let at = col - t * per;
+                        self.columns(
+                            &x[s * slab + j..],
+                            inner,
+                            channels,
+                            &mut m[at..at + n],
+                            &mut d[at..at + n],
+                        );
+                        col += n;
+                    }
+                });
+            }
+        });
+        let rows_per = (x.len() / inner)
+            .div_ceil(threads)
+            .max(GRAIN.div_ceil(inner));
+        let (mean, den) = (&mean, &den);
+        std::thread::scope(|scope| {
+            for (t, o) in out.chunks_mut(rows_per * inner).enumerate() {
+                scope.spawn(move || {
+                    for (k, o) in o.chunks_mut(inner).enumerate() {
+                        let r = t * rows_per + k;
+                        let (s, c) = (r / channels, r % channels);
+                        let src = &x[r * inner..(r + 1) * inner];
+                        let stats = s * inner..(s + 1) * inner;
+                        let (wc, bc) = (w[c], b[c]);
+                        for (((o, &v), &m), &d) in o
+                            .iter_mut()
+                            .zip(src)
+                            .zip(&mean[stats.clone()])
+                            .zip(&den[stats])
+                        {
+                            *o = (v - m) / d * wc + bc;
+                        }
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
 
@@ -223,8 +456,9 @@ impl Attention {
         let q = self.split_heads(&self.q_proj.forward(query)?)?;
         let k = self.split_heads(&self.k_proj.forward(key)?)?;
         let v = self.split_heads(&self.v_proj.forward(value)?)?;
-        // Scale after the product, softmax in f32: the reference's order.
-        let logits = (q.matmul(&k.t()?.contiguous()?)? * self.scaling)?;
+        // Scale after the product, softmax in f32: the reference's order. The matmul reads the
+        // transposed keys in place (no copy).
+        let logits = (q.matmul(&k.t()?)? * self.scaling)?;
         let weights = candle_nn::ops::softmax_last_dim(&logits)?;
         let out = weights.matmul(&v)?; // [N, heads, Lq, head_dim]
         let out =
@@ -245,3 +479,53 @@ impl Attention {
 
 /// torch's default `nn.LayerNorm` eps, used by the two-way transformer's token norms.
 pub const TORCH_LAYER_NORM_EPS: f64 = 1e-5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Deterministic pseudo-random values with a large common offset (the case a one-pass
+    /// variance gets wrong).
+    fn data(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| 30.0 + ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * (1.0 + (i % 5) as f32))
+            .collect()
+    }
+
+    #[test]
+    fn cpu_kernel_matches_tensor_ops() -> Result<()> {
+        let dev = Device::Cpu;
+        let c = 24;
+        let norm = LayerNorm {
+            weight: Tensor::new(data(c).as_slice(), &dev)?.affine(0.1, -2.0)?,
+            bias: Tensor::new(data(c).as_slice(), &dev)?.affine(0.05, -1.0)?,
+            eps: 1e-6,
+        };
+        let norm64 = LayerNorm {
+            weight: norm.weight.to_dtype(DType::F64)?,
+            bias: norm.bias.to_dtype(DType::F64)?,
+            eps: 1e-6,
+        };
+        for (shape, dim) in [(vec![3, 37, c], 2), (vec![2, c, 9, 70], 1), (vec![c, 5], 0)] {
+            let x = Tensor::from_vec(data(shape.iter().product()), shape.as_slice(), &dev)?;
+            let fast = norm.forward_dim(&x, dim)?;
+            let ops = norm.forward_dim_ops(&x, dim)?;
+            let exact = norm64.forward_dim_ops(&x.to_dtype(DType::F64)?, dim)?;
+            let err = |t: Tensor| -> Result<f64> {
+                (t.to_dtype(DType::F64)? - &exact)?
+                    .abs()?
+                    .flatten_all()?
+                    .max(0)?
+                    .to_scalar::<f64>()
+            };
+            let (fast, ops) = (err(fast)?, err(ops)?);
+            // At least as accurate as the tensor-op path, against an f64 reference.
+            assert!(
+                fast <= ops.max(2e-6),
+                "{shape:?} over {dim}: {fast} vs {ops}"
+            );
+        }
+        Ok(())
+    }
+}

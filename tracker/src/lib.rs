@@ -11,6 +11,7 @@ pub mod device;
 pub mod error;
 pub mod fixture;
 pub mod image_encoder;
+pub mod kernels;
 pub mod layers;
 pub mod mask_decoder;
 pub mod memory_attention;

@@ -8,8 +8,8 @@
 //! `conv_s0`/`conv_s1` live under `mask_decoder.*` in the checkpoint but run once per frame, so
 //! the image encoder loads them; this module takes their outputs.
 
-use candle_core::{DType, Module, Tensor, D};
-use candle_nn::{conv_transpose2d, ConvTranspose2d, ConvTranspose2dConfig, VarBuilder};
+use candle_core::{DType, Tensor, D};
+use candle_nn::VarBuilder;
 
 use crate::config::{EdgeTamConfig, MaskDecoderConfig};
 use crate::error::{Error, Result};
@@ -40,9 +40,9 @@ pub struct DecoderOutput {
 pub struct MaskDecoder {
     output_tokens: Tensor,
     transformer: TwoWayTransformer,
-    upscale_conv1: ConvTranspose2d,
+    upscale_conv1: Upscale2x,
     upscale_norm: LayerNorm2d,
-    upscale_conv2: ConvTranspose2d,
+    upscale_conv2: Upscale2x,
     hypernetworks: Vec<FeedForward>,
     iou_head: FeedForward,
     score_head: FeedForward,
@@ -65,10 +65,6 @@ impl MaskDecoder {
             ],
             0,
         )?;
-        let up = ConvTranspose2dConfig {
-            stride: 2,
-            ..Default::default()
-        };
         let hypernetworks = (0..num_mask_tokens)
             .map(|i| {
                 FeedForward::new(
@@ -85,9 +81,9 @@ impl MaskDecoder {
         Ok(Self {
             output_tokens,
             transformer: TwoWayTransformer::new(dc, vb.pp("transformer"))?,
-            upscale_conv1: conv_transpose2d(c, c / 4, 2, up, vb.pp("upscale_conv1"))?,
+            upscale_conv1: Upscale2x::new(c, c / 4, vb.pp("upscale_conv1"))?,
             upscale_norm: LayerNorm2d::new(c / 4, UPSCALE_NORM_EPS, vb.pp("upscale_layer_norm"))?,
-            upscale_conv2: conv_transpose2d(c / 4, c / 8, 2, up, vb.pp("upscale_conv2"))?,
+            upscale_conv2: Upscale2x::new(c / 4, c / 8, vb.pp("upscale_conv2"))?,
             hypernetworks,
             iou_head: FeedForward::new(
                 c,
@@ -177,10 +173,13 @@ impl MaskDecoder {
 
         // Upscale the image tokens x4, mixing in the high-resolution features.
         let gelu = Activation::Gelu;
-        let img = keys.transpose(1, 2)?.reshape((bp, c, e, e))?;
-        let up = (self.upscale_conv1.forward(&img)? + &feat_s1)?;
-        let up = gelu.apply(&self.upscale_norm.forward(&up)?)?;
-        let up = gelu.apply(&(self.upscale_conv2.forward(&up)? + &feat_s0)?)?;
+        let up = (self.upscale_conv1.forward(&keys.transpose(1, 2)?, e, e)? + &feat_s1)?;
+        let up = self.upscale_norm.forward(&up)?;
+        let up = gelu.apply(&up)?;
+        let up = self
+            .upscale_conv2
+            .forward(&up.flatten_from(2)?, 2 * e, 2 * e)?;
+        let up = gelu.apply(&(up + &feat_s0)?)?;
         let (_, uc, uh, uw) = up.dims4()?;
 
         let hyper = self
@@ -244,6 +243,37 @@ impl MaskDecoder {
             .index_select(&picks, 0)?
             .reshape((rows, 1))?;
         Ok((masks, iou))
+    }
+}
+
+/// `ConvTranspose2d(kernel_size=2, stride=2)`: every input pixel writes its own 2x2 output
+/// block, so the layer is one matmul `[4 * C_out, C_in] x [C_in, HW]` plus an interleave, instead
+/// of candle's direct transposed convolution (a dot product per tap and pixel).
+#[derive(Debug, Clone)]
+struct Upscale2x {
+    /// `weight [C_in, C_out, 2, 2]` as `[C_out * 4, C_in]`.
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Upscale2x {
+    fn new(in_channels: usize, out_channels: usize, vb: VarBuilder) -> candle_core::Result<Self> {
+        let weight = vb.get((in_channels, out_channels, 2, 2), "weight")?;
+        let bias = vb.get(out_channels, "bias")?;
+        Ok(Self {
+            weight_t: weight
+                .reshape((in_channels, out_channels * 4))?
+                .t()?
+                .contiguous()?,
+            bias,
+        })
+    }
+
+    /// `x`: `[N, C_in, h * w]` (any strides) -> `[N, C_out, 2h, 2w]`.
+    fn forward(&self, x: &Tensor, h: usize, w: usize) -> candle_core::Result<Tensor> {
+        let (n, _, _) = x.dims3()?;
+        let y = self.weight_t.broadcast_left(n)?.matmul(x)?; // [N, C_out * 4, hw]
+        crate::kernels::interleave_2x2(&y, &self.bias, h, w)
     }
 }
 

@@ -97,19 +97,23 @@ fn axis(input: usize, output: usize) -> Axis {
     }
 }
 
-/// One output sample: integer dot product, half-LSB rounding, arithmetic shift, clamp to u8
-/// (the AVX kernel saturates through `packs_epi32` / `packus_epi16`).
-#[inline]
-fn convolve(taps: &[i32], precision: u32, sample: impl Fn(usize) -> i32) -> u8 {
-    let mut acc: i32 = if precision > 0 {
-        1 << (precision - 1)
-    } else {
-        0
-    };
-    for (k, w) in taps.iter().enumerate() {
-        acc += sample(k) * w;
+impl Axis {
+    /// The accumulator's start: half an LSB, so the final shift rounds.
+    #[inline]
+    fn round(&self) -> i32 {
+        if self.precision > 0 {
+            1 << (self.precision - 1)
+        } else {
+            0
+        }
     }
-    (acc >> precision).clamp(0, 255) as u8
+
+    /// Arithmetic shift and clamp to u8 (the AVX kernel saturates through `packs_epi32` /
+    /// `packus_epi16`).
+    #[inline]
+    fn finish(&self, acc: i32) -> u8 {
+        (acc >> self.precision).clamp(0, 255) as u8
+    }
 }
 
 fn check_image(rgb: &[u8], width: usize, height: usize) -> Result<()> {
@@ -150,16 +154,21 @@ pub fn resize_rgb_u8(
     let horizontal = if out_w != width {
         let ax = axis(width, out_w);
         let mut buf = vec![0u8; height * out_w * 3];
-        for y in 0..height {
+        par_rows(&mut buf, out_w * 3, |y, out| {
             let row = &rgb[y * width * 3..(y + 1) * width * 3];
-            let out = &mut buf[y * out_w * 3..(y + 1) * out_w * 3];
             for (x, (first, taps)) in ax.first.iter().zip(&ax.taps).enumerate() {
-                for c in 0..3 {
-                    out[x * 3 + c] =
-                        convolve(taps, ax.precision, |k| i32::from(row[(first + k) * 3 + c]));
+                let src = &row[first * 3..];
+                let mut acc = [ax.round(); 3];
+                for (k, &w) in taps.iter().enumerate() {
+                    for (a, &v) in acc.iter_mut().zip(&src[k * 3..k * 3 + 3]) {
+                        *a += i32::from(v) * w;
+                    }
+                }
+                for (o, a) in out[x * 3..x * 3 + 3].iter_mut().zip(acc) {
+                    *o = ax.finish(a);
                 }
             }
-        }
+        });
         buf
     } else {
         rgb.to_vec()
@@ -170,15 +179,40 @@ pub fn resize_rgb_u8(
     let ax = axis(height, out_h);
     let stride = out_w * 3;
     let mut out = vec![0u8; out_h * stride];
-    for (y, (first, taps)) in ax.first.iter().zip(&ax.taps).enumerate() {
-        let dst = &mut out[y * stride..(y + 1) * stride];
-        for (i, d) in dst.iter_mut().enumerate() {
-            *d = convolve(taps, ax.precision, |k| {
-                i32::from(horizontal[(first + k) * stride + i])
+    par_rows(&mut out, stride, |y, dst| {
+        // Tap by tap over the whole row (the same integer sums as one dot product per
+        // sample, in a loop order that vectorizes).
+        let mut acc = vec![ax.round(); stride];
+        for (k, &w) in ax.taps[y].iter().enumerate() {
+            let src = &horizontal[(ax.first[y] + k) * stride..][..stride];
+            for (a, &v) in acc.iter_mut().zip(src) {
+                *a += i32::from(v) * w;
+            }
+        }
+        for (d, a) in dst.iter_mut().zip(acc) {
+            *d = ax.finish(a);
+        }
+    });
+    Ok(out)
+}
+
+/// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over threads.
+fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let rows = buf.len() / row_len.max(1);
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1);
+    let per = rows.div_ceil(threads).max(1);
+    let f = &f;
+    std::thread::scope(|scope| {
+        for (t, chunk) in buf.chunks_mut(per * row_len.max(1)).enumerate() {
+            scope.spawn(move || {
+                for (k, row) in chunk.chunks_mut(row_len.max(1)).enumerate() {
+                    f(t * per + k, row);
+                }
             });
         }
-    }
-    Ok(out)
+    });
 }
 
 /// The model input for one RGB frame: resized to `image_size` square and normalized,
@@ -193,16 +227,25 @@ pub fn preprocess(
     let s = image_size;
     let resized = resize_rgb_u8(rgb, width, height, s, s)?;
     // transformers fuses rescale into normalize: mean and std are f32 tensors times 255 (in f32),
-    // then `sub_` and `div_` in f32.
-    let mean = MEAN.map(|m| m * 255.0);
-    let std = STD.map(|v| v * 255.0);
-    let plane = s * s;
-    let mut data = vec![0f32; 3 * plane];
-    for (i, px) in resized.chunks_exact(3).enumerate() {
-        for c in 0..3 {
-            data[c * plane + i] = (f32::from(px[c]) - mean[c]) / std[c];
+    // then `sub_` and `div_` in f32. A u8 input has only 256 values per channel, so the results
+    // are tabulated once (same f32 operations, so bit-identical).
+    let mut table = [[0f32; 256]; 3];
+    for (c, t) in table.iter_mut().enumerate() {
+        let (mean, std) = (MEAN[c] * 255.0, STD[c] * 255.0);
+        for (v, out) in t.iter_mut().enumerate() {
+            *out = (v as f32 - mean) / std;
         }
     }
+    let plane = s * s;
+    let mut data = vec![0f32; 3 * plane];
+    // One "row" = channel `c`'s plane row `y`: rows `0..S` are channel 0, and so on.
+    par_rows(&mut data, s, |r, out| {
+        let (c, y) = (r / s, r % s);
+        let src = &resized[y * s * 3..(y + 1) * s * 3];
+        for (o, px) in out.iter_mut().zip(src.chunks_exact(3)) {
+            *o = table[c][usize::from(px[c])];
+        }
+    });
     Ok(Tensor::from_vec(data, (1, 3, s, s), device)?)
 }
 

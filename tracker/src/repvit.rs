@@ -10,7 +10,7 @@
 
 mod conv;
 mod depthwise;
-mod gelu;
+pub(crate) mod gelu;
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;

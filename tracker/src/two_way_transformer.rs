@@ -6,6 +6,7 @@ use candle_nn::VarBuilder;
 
 use crate::config::MaskDecoderConfig;
 use crate::error::Result;
+use crate::kernels::nchw_to_tokens;
 use crate::layers::{Activation, Attention, FeedForward, LayerNorm, TORCH_LAYER_NORM_EPS};
 
 /// One `EdgeTamVideoTwoWayAttentionBlock`.
@@ -135,11 +136,8 @@ impl TwoWayTransformer {
         image: &Tensor,
         image_pe: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
-        let to_tokens = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.flatten_from(2)?.transpose(1, 2)?.contiguous()?)
-        };
-        let mut keys = to_tokens(image)?;
-        let key_pe = to_tokens(image_pe)?;
+        let mut keys = nchw_to_tokens(image)?;
+        let key_pe = nchw_to_tokens(image_pe)?;
         let mut queries = tokens.clone();
         for layer in &self.layers {
             let (q, k) = layer.forward(&queries, &keys, tokens, &key_pe)?;

@@ -1,0 +1,209 @@
+//! Small CPU layout kernels for the decoder, each with a plain tensor-op path for other devices.
+//!
+//! candle's strided copies walk one element at a time with a generic index iterator (about 3 ns
+//! per element here); these move the same data in cache-friendly blocks on all cores. They only
+//! rearrange values (and add a bias), so results are bit-identical to the tensor-op paths.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+
+/// Number of worker threads for CPU kernels.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+}
+
+/// Contiguous f32 slice of a storage, or an error naming `what`.
+fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
+    let data = match storage {
+        CpuStorage::F32(v) => v,
+        _ => candle_core::bail!("{what} must be f32"),
+    };
+    match layout.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("{what} must be contiguous"),
+    }
+}
+
+fn f32_cpu(t: &Tensor) -> bool {
+    t.device().is_cpu() && t.dtype() == DType::F32
+}
+
+/// `[N, C, H, W]` -> contiguous token layout `[N, H * W, C]`.
+pub fn nchw_to_tokens(x: &Tensor) -> Result<Tensor> {
+    if f32_cpu(x) && x.rank() == 4 {
+        return x.contiguous()?.apply_op1_no_bwd(&ToTokens);
+    }
+    x.flatten_from(2)?.transpose(1, 2)?.contiguous()
+}
+
+struct ToTokens;
+
+impl CustomOp1 for ToTokens {
+    fn name(&self) -> &'static str {
+        "nchw-to-tokens"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(storage, layout, "nchw-to-tokens input")?;
+        let (n, c, h, w) = layout.shape().dims4()?;
+        let hw = h * w;
+        let mut out = vec![0f32; x.len()];
+        if x.is_empty() {
+            return Ok((CpuStorage::F32(out), Shape::from((n, hw, c))));
+        }
+        // 16 x 16 tiles: each tile's source and destination lines stay in L1.
+        const TILE: usize = 16;
+        let rows = n * hw; // output rows of `c` values
+        let per = rows.div_ceil(threads()).div_ceil(TILE).max(1) * TILE;
+        std::thread::scope(|scope| {
+            for (t, o) in out.chunks_mut(per * c).enumerate() {
+                scope.spawn(move || {
+                    let r0 = t * per;
+                    let r1 = r0 + o.len() / c;
+                    let mut r = r0;
+                    while r < r1 {
+                        let (b, p0) = (r / hw, r % hw);
+                        let np = TILE.min(hw - p0).min(r1 - r);
+                        let src = &x[b * c * hw..(b + 1) * c * hw];
+                        let o = &mut o[(r - r0) * c..];
+                        for c0 in (0..c).step_by(TILE) {
+                            for ch in c0..TILE.min(c - c0) + c0 {
+                                let s = &src[ch * hw + p0..][..np];
+                                for (k, &v) in s.iter().enumerate() {
+                                    o[k * c + ch] = v;
+                                }
+                            }
+                        }
+                        r += np;
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n, hw, c))))
+    }
+}
+
+/// Interleaves the `2 x 2` taps of a stride-2 transposed convolution and adds its bias:
+/// `y` `[N, 4 * C, h * w]` (channel-major taps `c, ki, kj`), `bias` `[C]` ->
+/// `[N, C, 2h, 2w]` with `out[n, c, 2i + ki, 2j + kj] = y[n, 4c + 2ki + kj, i * w + j] + bias[c]`.
+pub fn interleave_2x2(y: &Tensor, bias: &Tensor, h: usize, w: usize) -> Result<Tensor> {
+    let (n, c4, _) = y.dims3()?;
+    let c = c4 / 4;
+    if f32_cpu(y) && f32_cpu(bias) {
+        return y
+            .contiguous()?
+            .apply_op2_no_bwd(&bias.contiguous()?, &Interleave { h, w });
+    }
+    y.reshape((n, c, 2, 2, h, w))?
+        .permute((0, 1, 4, 2, 5, 3))?
+        .broadcast_add(&bias.reshape((1, c, 1, 1, 1, 1))?)?
+        .reshape((n, c, 2 * h, 2 * w))
+}
+
+struct Interleave {
+    h: usize,
+    w: usize,
+}
+
+impl CustomOp2 for Interleave {
+    fn name(&self) -> &'static str {
+        "interleave-2x2"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let y = f32_slice(s1, l1, "interleave input")?;
+        let bias = f32_slice(s2, l2, "interleave bias")?;
+        let (n, c4, hw) = l1.shape().dims3()?;
+        let (h, w) = (self.h, self.w);
+        let c = c4 / 4;
+        if c4 != 4 * c || hw != h * w || bias.len() != c {
+            candle_core::bail!(
+                "interleave-2x2: input {:?} with bias {} for {h}x{w}",
+                l1.shape().dims(),
+                bias.len()
+            );
+        }
+        let plane = 4 * hw; // one output channel
+        let mut out = vec![0f32; y.len()];
+        let shape = Shape::from((n, c, 2 * h, 2 * w));
+        if y.is_empty() {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let planes = n * c;
+        let per = planes.div_ceil(threads()).max(1);
+        std::thread::scope(|scope| {
+            for (t, o) in out.chunks_mut(per * plane).enumerate() {
+                scope.spawn(move || {
+                    for (k, o) in o.chunks_mut(plane).enumerate() {
+                        let q = t * per + k; // n * C + c
+                        let b = bias[q % c];
+                        let taps = &y[q * plane..(q + 1) * plane];
+                        for (r, row) in o.chunks_mut(2 * w).enumerate() {
+                            let (i, ki) = (r / 2, r % 2);
+                            let t0 = &taps[(2 * ki) * hw + i * w..][..w];
+                            let t1 = &taps[(2 * ki + 1) * hw + i * w..][..w];
+                            for ((pair, &a), &bb) in row.chunks_exact_mut(2).zip(t0).zip(t1) {
+                                pair[0] = a + b;
+                                pair[1] = bb + b;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn ramp(shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        Tensor::arange(0u32, n as u32, &Device::Cpu)?
+            .to_dtype(DType::F32)?
+            .reshape(shape)
+    }
+
+    fn same(a: &Tensor, b: &Tensor) -> Result<bool> {
+        Ok(a.dims() == b.dims()
+            && a.flatten_all()?.to_vec1::<f32>()? == b.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    #[test]
+    fn tokens_match_transpose() -> Result<()> {
+        for shape in [[1, 256, 64, 64], [2, 40, 7, 9], [1, 3, 1, 1]] {
+            let x = ramp(&shape)?;
+            let reference = x.flatten_from(2)?.transpose(1, 2)?.contiguous()?;
+            assert!(same(&nchw_to_tokens(&x)?, &reference)?, "{shape:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn interleave_matches_permute() -> Result<()> {
+        for (n, c, h, w) in [(1, 32, 16, 16), (2, 3, 5, 7), (3, 1, 1, 1)] {
+            let y = ramp(&[n, 4 * c, h * w])?;
+            let bias = (ramp(&[c])? * 0.5)?;
+            let reference = y
+                .reshape((n, c, 2, 2, h, w))?
+                .permute((0, 1, 4, 2, 5, 3))?
+                .broadcast_add(&bias.reshape((1, c, 1, 1, 1, 1))?)?
+                .reshape((n, c, 2 * h, 2 * w))?;
+            assert!(
+                same(&interleave_2x2(&y, &bias, h, w)?, &reference)?,
+                "{n} {c} {h} {w}"
+            );
+        }
+        Ok(())
+    }
+}
