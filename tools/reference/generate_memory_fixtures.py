@@ -11,7 +11,7 @@ Needs fixtures/model/model.safetensors (from generate_fixtures.py). Runs transfo
   tracked   the same high-res logits through the sigmoid path, sigmoid(hr) * 20 - 10
   occluded  object score <= 0: low-res logits -> -1024 everywhere, so the input is -10 everywhere
 
-Tensors (all float32 unless noted; see fixtures/README.md):
+Tensors (all float32 unless noted):
   memory.pix_feat               [1,256,16,16] raw FPN level 2 (no no_memory_embedding)
   memory.low_res_masks          [1,1,64,64]   decoder's chosen low-res logits (object present)
   memory.object_score           [1,1]         its object score (> 0)
@@ -23,6 +23,9 @@ Tensors (all float32 unless noted; see fixtures/README.md):
   memory.{prompted,occluded}.memory    [1,512,64]    perceiver output
   memory.tracked.mask_for_mem   [1,1,256,256] sigmoid(hr) * 20 - 10
   memory.tracked.mask_downsampler / .fuser [1,256,16,16], .features, .memory as above
+  memory.window2.memory_2d      [1,256,64]    2-D half of the perceiver output for a 32x32 input (2x2
+                                              windows; at 256 the windows are 1x1, at 1024 4x4), the
+                                              input being `window_input()` (a formula Rust rebuilds)
   memory.feature_projection is not stored (size budget): the fuser check feeds pix_feat and the
   reference's mask-downsampler output, so it covers the projection and the sum.
 
@@ -54,6 +57,18 @@ NOISE_LIMIT = 2e-5
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+WINDOW_GRID = 32
+
+
+def window_input(n: int = WINDOW_GRID, c: int = 64) -> torch.Tensor:
+    """[1, c, n, n] deterministic perceiver input, computed in float64 then rounded to float32
+    (the Rust check evaluates the same formula)."""
+    ci = torch.arange(c, dtype=torch.float64)[:, None, None]
+    yi = torch.arange(n, dtype=torch.float64)[None, :, None]
+    xi = torch.arange(n, dtype=torch.float64)[None, None, :]
+    return (2.0 * torch.sin(0.7 * ci + 1.3 * yi + 0.9 * xi + 0.05 * ci * yi)).float()[None].contiguous()
 
 
 def stages(model, pix_feat: torch.Tensor, mask_for_mem: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -159,6 +174,14 @@ def main() -> None:
             t["memory.perceiver_pos"] = got["perceiver_pos"].contiguous()
         stats[name]["memory_std"] = float(got["memory"].std())
         stats[name]["features_std"] = float(got["features"].std())
+    # The 2-D path with windows larger than one token (window partition order).
+    win = window_input()
+    win_pos = model.memory_encoder.position_encoding(win.shape, win.device, win.dtype)
+    n1 = cfg.perceiver_resampler_num_latents
+    mem_win = model.spatial_perceiver(win, win_pos)[0][:, n1:]
+    mem_win64 = model64.spatial_perceiver(win.double(), win_pos.double())[0][:, n1:]
+    t["memory.window2.memory_2d"] = mem_win.contiguous()
+    stats["window2"] = {"f64_noise_memory_2d": rel(mem_win, mem_win64), "memory_std": float(mem_win.std())}
     stats["prompt"] = {"case": CASE, "score": float(score), "mask_frac": float(binary.mean())}
 
     for name, s in stats.items():

@@ -21,6 +21,24 @@ use crate::weights::Weights;
 /// Cases the generator writes, in its order (also the batch order of the batched check).
 pub const CASES: &[&str] = &["prompted", "tracked", "occluded"];
 
+/// Side of the generator's `window_input()` grid.
+const WINDOW_GRID: usize = 32;
+
+/// The generator's `window_input()`: `2 sin(0.7c + 1.3y + 0.9x + 0.05cy)` in f64, rounded to f32,
+/// `[1, c, n, n]`.
+fn window_input(n: usize, c: usize, device: &candle_core::Device) -> Result<Tensor> {
+    let mut data = Vec::with_capacity(c * n * n);
+    for ci in 0..c {
+        for y in 0..n {
+            for x in 0..n {
+                let (ci, y, x) = (ci as f64, y as f64, x as f64);
+                data.push((2.0 * (0.7 * ci + 1.3 * y + 0.9 * x + 0.05 * ci * y).sin()) as f32);
+            }
+        }
+    }
+    Ok(Tensor::from_vec(data, (1, c, n, n), device)?)
+}
+
 fn rel(name: String, ours: &Tensor, reference: &Tensor) -> Result<StageReport> {
     Ok(StageReport::rel_l2(
         name,
@@ -130,6 +148,21 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
         "memory.tracked.end_to_end".into(),
         &memory,
         fx.get("memory.tracked.memory")?,
+    )?);
+
+    // The 2-D path with 2x2 windows (at 256 they are 1x1): a 32x32 input rebuilt from the
+    // generator's formula.
+    let grid = WINDOW_GRID;
+    let c = cfg.perceiver_resampler_hidden_size;
+    let win = window_input(grid, c, &device)?;
+    let win_pos = crate::position_encoding::sine_position_embedding(c, grid, grid, &device)?;
+    let (memory, _) = perceiver.forward(&win, &win_pos)?;
+    let n1 = cfg.perceiver_resampler_num_latents;
+    let n2 = cfg.perceiver_resampler_num_latents_2d;
+    reports.push(rel(
+        "memory.window2.perceiver_2d".into(),
+        &memory.narrow(1, n1, n2)?,
+        fx.get("memory.window2.memory_2d")?,
     )?);
 
     // Batched: the three cases as B = 3 give each case's result.
