@@ -290,3 +290,55 @@ fn to_tokens(x: &Tensor) -> candle_core::Result<Tensor> {
     let (b, c, h, w) = x.dims4()?;
     x.reshape((b, c, h * w))?.transpose(1, 2)?.contiguous()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::random_var_builder;
+    use candle_core::Device;
+
+    /// At 1024 the memory grid is 64x64: 256 windows of 4x4; objects batch independently.
+    #[test]
+    fn shapes_and_batch_independence_at_1024() -> Result<()> {
+        let cfg = EdgeTamConfig::with_image_size(1024)?;
+        let dev = Device::Cpu;
+        let p = SpatialPerceiver::new(&cfg, random_var_builder(5, &dev))?;
+        let feats = Tensor::randn(0f32, 1.0, (2, 64, 64, 64), &dev)?;
+        let pos = sine_position_embedding(64, 64, 64, &dev)?.repeat((2, 1, 1, 1))?;
+        let (mem, mem_pos) = p.forward(&feats, &pos)?;
+        assert_eq!(mem.dims(), &[2, 512, 64]);
+        assert_eq!(mem_pos.dims(), &[2, 512, 64]);
+        let first_half = mem_pos
+            .narrow(1, 0, 256)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        assert_eq!(first_half, 0.0);
+        let (one, _) = p.forward(&feats.narrow(0, 1, 1)?, &pos.narrow(0, 1, 1)?)?;
+        // Relative: batched and single matmuls block differently (float noise only).
+        let diff = (mem.narrow(0, 1, 1)? - &one)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        let scale = one.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(
+            diff <= 1e-5 * scale,
+            "batch entry 1 differs alone by {diff} (max {scale})"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_bad_grids_and_configs() -> Result<()> {
+        let cfg = EdgeTamConfig::with_image_size(256)?;
+        let dev = Device::Cpu;
+        let p = SpatialPerceiver::new(&cfg, random_var_builder(5, &dev))?;
+        // 20x20 does not split into 16x16 windows (transformers fails there too).
+        let feats = Tensor::zeros((1, 64, 20, 20), DType::F32, &dev)?;
+        assert!(p.forward(&feats, &feats).is_err());
+        let mut bad = cfg.clone();
+        bad.perceiver_resampler_num_latents_2d = 200;
+        assert!(SpatialPerceiver::new(&bad, random_var_builder(5, &dev)).is_err());
+        Ok(())
+    }
+}
