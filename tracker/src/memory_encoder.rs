@@ -79,14 +79,14 @@ pub fn mask_for_memory(
         MaskSource::Prompted => high_res.gt(0.0)?.to_dtype(DType::F32)?,
         MaskSource::Tracked => candle_nn::ops::sigmoid(&high_res)?,
     };
-    Ok(scale_mask(cfg, &unit)?)
+    scale_mask(cfg, &unit)
 }
 
 /// `mask * sigmoid_scale_for_mem_enc + sigmoid_bias_for_mem_enc` (two roundings, like torch's
 /// separate multiply and add). Exposed so callers holding a 0/1 mask get the exact input.
-pub fn scale_mask(cfg: &EdgeTamConfig, unit_mask: &Tensor) -> candle_core::Result<Tensor> {
+pub fn scale_mask(cfg: &EdgeTamConfig, unit_mask: &Tensor) -> Result<Tensor> {
     let scaled = (unit_mask.to_dtype(DType::F32)? * cfg.sigmoid_scale_for_mem_enc)?;
-    scaled + cfg.sigmoid_bias_for_mem_enc
+    Ok((scaled + cfg.sigmoid_bias_for_mem_enc)?)
 }
 
 /// One `EdgeTamVideoMaskDownSamplerLayer`: strided conv, channels-first LayerNorm, GELU.
