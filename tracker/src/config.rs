@@ -48,6 +48,30 @@ pub struct EdgeTamConfig {
     /// Key RoPE grid `[width, height]`: the perceiver's 2-D latents (16x16 at every image size).
     pub memory_attention_rope_k_sizes: [usize; 2],
     pub rope_parameters: RopeParameters,
+    // --- Memory encoder + spatial perceiver (encode each frame's mask into memory tokens) ---
+    /// Channels of the features the memory encoder fuses (the FPN width, 256).
+    pub memory_encoder_hidden_size: usize,
+    /// Output channels of the mask downsampler (added to the projected image features).
+    pub mask_downsampler_embed_dim: usize,
+    pub mask_downsampler_kernel_size: usize,
+    pub mask_downsampler_stride: usize,
+    pub mask_downsampler_padding: usize,
+    /// Overall downsampling of the mask (image size / embedding size): 16.
+    pub mask_downsampler_total_stride: usize,
+    pub mask_downsampler_hidden_act: String,
+    pub memory_fuser_num_layers: usize,
+    pub memory_fuser_embed_dim: usize,
+    pub memory_fuser_intermediate_dim: usize,
+    pub memory_fuser_kernel_size: usize,
+    pub memory_fuser_padding: usize,
+    pub memory_fuser_hidden_act: String,
+    pub perceiver_resampler_num_latents: usize,
+    pub perceiver_resampler_num_latents_2d: usize,
+    pub perceiver_resampler_hidden_size: usize,
+    pub perceiver_resampler_mlp_intermediate_size: usize,
+    pub perceiver_resampler_num_attention_heads: usize,
+    pub perceiver_resampler_attention_head_dim: usize,
+    pub perceiver_resampler_num_layers: usize,
 }
 
 /// `rope_parameters`: the memory attention's axial RoPE.
@@ -97,6 +121,26 @@ impl Default for EdgeTamConfig {
             memory_attention_rope_feat_sizes: [64, 64],
             memory_attention_rope_k_sizes: [16, 16],
             rope_parameters: RopeParameters::default(),
+            memory_encoder_hidden_size: 256,
+            mask_downsampler_embed_dim: 256,
+            mask_downsampler_kernel_size: 3,
+            mask_downsampler_stride: 2,
+            mask_downsampler_padding: 1,
+            mask_downsampler_total_stride: 16,
+            mask_downsampler_hidden_act: "gelu".into(),
+            memory_fuser_num_layers: 2,
+            memory_fuser_embed_dim: 256,
+            memory_fuser_intermediate_dim: 1024,
+            memory_fuser_kernel_size: 7,
+            memory_fuser_padding: 3,
+            memory_fuser_hidden_act: "gelu".into(),
+            perceiver_resampler_num_latents: 256,
+            perceiver_resampler_num_latents_2d: 256,
+            perceiver_resampler_hidden_size: 64,
+            perceiver_resampler_mlp_intermediate_size: 256,
+            perceiver_resampler_num_attention_heads: 1,
+            perceiver_resampler_attention_head_dim: 64,
+            perceiver_resampler_num_layers: 2,
         }
     }
 }

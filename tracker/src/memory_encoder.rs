@@ -1,1 +1,386 @@
-//! Video-path stage: not implemented yet (video-tracking issue).
+//! The memory encoder (`EdgeTamVideoMemoryEncoder`): one frame's image features + its predicted
+//! mask -> a spatial memory `[B, 64, e, e]` and its sine position encoding.
+//!
+//! Pipeline, as transformers runs it (`EdgeTamVideoModel._encode_new_memory`):
+//! 1. [`mask_for_memory`]: the decoder's low-res logits (replaced by -1024 where the object score
+//!    is <= 0) are upsampled bilinearly to the model input size, binarised on prompted frames or
+//!    passed through a sigmoid on tracked ones, then scaled `x * 20 - 10`.
+//! 2. Mask downsampler: `log2(16)` x [3x3 stride-2 conv -> channels-first LayerNorm (eps 1e-6)
+//!    -> GELU], then a 1x1 conv to 256 channels.
+//! 3. `feature_projection` (1x1) of the **raw** stride-16 FPN level (without the
+//!    `no_memory_embedding` the decoder adds), plus the downsampled mask.
+//! 4. Memory fuser: ConvNeXt blocks (7x7 depthwise, LayerNorm, 1x1 MLP with GELU, layer scale,
+//!    residual).
+//! 5. `projection` (1x1) to `memory_encoder_output_channels`; the position encoding is the
+//!    normalised sine encoding of that grid.
+
+use candle_core::{DType, Tensor};
+use candle_nn::{Conv2d, Conv2dConfig, Module, VarBuilder};
+
+use crate::config::EdgeTamConfig;
+use crate::error::{Error, Result};
+use crate::layers::LayerNorm2d;
+use crate::position_encoding::sine_position_embedding;
+use crate::postprocess::resize_logits;
+use crate::repvit::{gelu, Depthwise, Pointwise};
+
+/// LayerNorm eps of the mask downsampler and the fuser (transformers hard-codes 1e-6).
+const CONV_LAYER_NORM_EPS: f64 = 1e-6;
+
+/// The decoder's stand-in logit for "no object" (`NO_OBJ_SCORE`).
+pub const NO_OBJ_SCORE: f64 = -1024.0;
+
+/// Where the mask of a memory comes from: it decides how logits become the encoder's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskSource {
+    /// The frame had user prompts (points, box or mask): the mask is binarised (`logit > 0`),
+    /// so the memory records the hard decision the user saw.
+    Prompted,
+    /// A propagated frame: `sigmoid(logit)`, keeping the decoder's uncertainty.
+    Tracked,
+}
+
+/// Builds the memory encoder's mask input `[B, 1, S, S]` (S = image size) from the decoder's
+/// low-res logits `[B, 1, h, w]` and object scores (`[B]` or `[B, 1]`), as transformers does.
+///
+/// An object with score <= 0 is occluded: its logits become [`NO_OBJ_SCORE`] first, so its
+/// input is `bias` (-10) everywhere. The upsample is torch's bilinear, `align_corners=False`, no
+/// antialias.
+pub fn mask_for_memory(
+    cfg: &EdgeTamConfig,
+    low_res: &Tensor,
+    object_score: &Tensor,
+    source: MaskSource,
+) -> Result<Tensor> {
+    let (b, c, _, _) = low_res.dims4().map_err(|_| {
+        Error::InvalidImage(format!(
+            "low-res mask logits must be [B, 1, h, w], got {:?}",
+            low_res.dims()
+        ))
+    })?;
+    if c != 1 || object_score.elem_count() != b {
+        return Err(Error::InvalidImage(format!(
+            "mask logits {:?} need one channel and one object score per batch entry, got {:?}",
+            low_res.dims(),
+            object_score.dims()
+        )));
+    }
+    let low_res = low_res.to_dtype(DType::F32)?;
+    let present = object_score
+        .to_dtype(DType::F32)?
+        .reshape((b, 1, 1, 1))?
+        .gt(0.0)?
+        .broadcast_as(low_res.shape())?;
+    let no_obj = Tensor::full(NO_OBJ_SCORE as f32, low_res.shape(), low_res.device())?;
+    let low_res = present.where_cond(&low_res, &no_obj)?;
+    let s = cfg.image_size;
+    let high_res = resize_logits(&low_res, s, s)?;
+    let unit = match source {
+        MaskSource::Prompted => high_res.gt(0.0)?.to_dtype(DType::F32)?,
+        MaskSource::Tracked => candle_nn::ops::sigmoid(&high_res)?,
+    };
+    scale_mask(cfg, &unit)
+}
+
+/// `mask * sigmoid_scale_for_mem_enc + sigmoid_bias_for_mem_enc` (two roundings, like torch's
+/// separate multiply and add). Exposed so callers holding a 0/1 mask get the exact input.
+pub fn scale_mask(cfg: &EdgeTamConfig, unit_mask: &Tensor) -> Result<Tensor> {
+    let scaled = (unit_mask.to_dtype(DType::F32)? * cfg.sigmoid_scale_for_mem_enc)?;
+    Ok((scaled + cfg.sigmoid_bias_for_mem_enc)?)
+}
+
+/// One `EdgeTamVideoMaskDownSamplerLayer`: strided conv, channels-first LayerNorm, GELU.
+struct DownLayer {
+    conv: Conv2d,
+    norm: LayerNorm2d,
+}
+
+/// One `EdgeTamVideoMemoryFuserCXBlock` (ConvNeXt block), computed in NCHW throughout: the
+/// reference's channels-last linears are 1x1 convolutions here (same sums, no permutes).
+struct FuserBlock {
+    depthwise: Depthwise,
+    norm: LayerNorm2d,
+    pointwise1: Pointwise,
+    pointwise2: Pointwise,
+    /// Layer scale `[1, C, 1, 1]`.
+    scale: Tensor,
+}
+
+impl FuserBlock {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let h = self.norm.forward(&self.depthwise.forward(x)?)?;
+        let h = gelu(&self.pointwise1.forward(&h)?)?;
+        let h = self.pointwise2.forward(&h)?.broadcast_mul(&self.scale)?;
+        x + h
+    }
+}
+
+/// The memory encoder; build once per model, run per frame and object (objects batched on B).
+pub struct MemoryEncoder {
+    down: Vec<DownLayer>,
+    final_conv: Pointwise,
+    feature_projection: Pointwise,
+    fuser: Vec<FuserBlock>,
+    projection: Pointwise,
+    hidden: usize,
+    out_channels: usize,
+    total_stride: usize,
+}
+
+/// Intermediate results of [`MemoryEncoder::forward_stages`], for stage checks.
+pub struct MemoryEncoderStages {
+    /// Mask downsampler output `[B, 256, e, e]`.
+    pub mask_features: Tensor,
+    /// Fuser output `[B, 256, e, e]` (before the final projection).
+    pub fused: Tensor,
+    /// Memory features `[B, 64, e, e]`.
+    pub features: Tensor,
+    /// Position encoding `[B, 64, e, e]`.
+    pub pos: Tensor,
+}
+
+fn config_error(message: String) -> Error {
+    Error::Config {
+        path: "<config>".into(),
+        message,
+    }
+}
+
+impl MemoryEncoder {
+    /// Loads `memory_encoder.*` (pass `vb.pp("memory_encoder")`).
+    pub fn new(cfg: &EdgeTamConfig, vb: VarBuilder) -> Result<Self> {
+        for (name, act) in [
+            (
+                "mask_downsampler_hidden_act",
+                &cfg.mask_downsampler_hidden_act,
+            ),
+            ("memory_fuser_hidden_act", &cfg.memory_fuser_hidden_act),
+        ] {
+            if act != "gelu" {
+                return Err(config_error(format!(
+                    "{name} `{act}` is not supported (gelu only)"
+                )));
+            }
+        }
+        let hidden = cfg.memory_encoder_hidden_size;
+        let stride = cfg.mask_downsampler_stride;
+        let total = cfg.mask_downsampler_total_stride;
+        // transformers: int(log2(total) // log2(stride)) layers; an exact power is required so
+        // the mask lands on the feature grid.
+        let mut num_layers = 0;
+        let mut reach = 1usize;
+        while stride > 1 && reach < total {
+            reach *= stride;
+            num_layers += 1;
+        }
+        if stride < 2 || reach != total {
+            return Err(config_error(format!(
+                "mask_downsampler_total_stride {total} is not a power of its stride {stride}"
+            )));
+        }
+        if cfg.memory_fuser_embed_dim != hidden || cfg.mask_downsampler_embed_dim != hidden {
+            return Err(config_error(format!(
+                "memory fuser / mask downsampler widths ({}, {}) must equal \
+                 memory_encoder_hidden_size {hidden}",
+                cfg.memory_fuser_embed_dim, cfg.mask_downsampler_embed_dim
+            )));
+        }
+        let conv_cfg = Conv2dConfig {
+            padding: cfg.mask_downsampler_padding,
+            stride,
+            ..Default::default()
+        };
+        let k = cfg.mask_downsampler_kernel_size;
+        let vb_ds = vb.pp("mask_downsampler");
+        let mut down = Vec::with_capacity(num_layers);
+        let mut in_ch = 1;
+        for i in 0..num_layers {
+            let out_ch = in_ch * stride * stride;
+            let l = vb_ds.pp("layers").pp(i);
+            let conv = candle_nn::conv2d(in_ch, out_ch, k, conv_cfg, l.pp("conv"))?;
+            let norm = LayerNorm2d::new(out_ch, CONV_LAYER_NORM_EPS, l.pp("layer_norm"))?;
+            down.push(DownLayer { conv, norm });
+            in_ch = out_ch;
+        }
+        let final_conv = Pointwise::load(&vb_ds.pp("final_conv"), in_ch, hidden)?;
+        let feature_projection = Pointwise::load(&vb.pp("feature_projection"), hidden, hidden)?;
+        let inter = cfg.memory_fuser_intermediate_dim;
+        let fk = cfg.memory_fuser_kernel_size;
+        let vb_f = vb.pp("memory_fuser").pp("layers");
+        let mut fuser = Vec::with_capacity(cfg.memory_fuser_num_layers);
+        for i in 0..cfg.memory_fuser_num_layers {
+            let l = vb_f.pp(i);
+            let dw = l.pp("depthwise_conv");
+            let depthwise = Depthwise::new(
+                dw.get((hidden, 1, fk, fk), "weight")?,
+                dw.get(hidden, "bias")?,
+                1,
+                cfg.memory_fuser_padding,
+            )?;
+            let linear = |name: &str, i: usize, o: usize| -> candle_core::Result<Pointwise> {
+                let p = l.pp(name);
+                Pointwise::new(&p.get((o, i), "weight")?, &p.get(o, "bias")?)
+            };
+            fuser.push(FuserBlock {
+                depthwise,
+                norm: LayerNorm2d::new(hidden, CONV_LAYER_NORM_EPS, l.pp("layer_norm"))?,
+                pointwise1: linear("pointwise_conv1", hidden, inter)?,
+                pointwise2: linear("pointwise_conv2", inter, hidden)?,
+                scale: l.get(hidden, "scale")?.reshape((1, hidden, 1, 1))?,
+            });
+        }
+        let out_channels = cfg.memory_encoder_output_channels;
+        let projection = Pointwise::load(&vb.pp("projection"), hidden, out_channels)?;
+        Ok(Self {
+            down,
+            final_conv,
+            feature_projection,
+            fuser,
+            projection,
+            hidden,
+            out_channels,
+            total_stride: total,
+        })
+    }
+
+    /// `pix_feat` `[B, 256, e, e]` (raw stride-16 FPN level) and `mask_for_mem` `[B, 1, S, S]`
+    /// (already scaled, see [`mask_for_memory`]) -> memory features and position encoding, both
+    /// `[B, 64, e, e]`.
+    pub fn forward(&self, pix_feat: &Tensor, mask_for_mem: &Tensor) -> Result<(Tensor, Tensor)> {
+        let s = self.forward_stages(pix_feat, mask_for_mem)?;
+        Ok((s.features, s.pos))
+    }
+
+    /// Mask downsampler alone: `[B, 1, S, S]` -> `[B, 256, S/16, S/16]`.
+    pub fn downsample_mask(&self, mask_for_mem: &Tensor) -> Result<Tensor> {
+        let mut x = mask_for_mem.to_dtype(DType::F32)?;
+        for l in &self.down {
+            x = gelu(&l.norm.forward(&l.conv.forward(&x)?)?)?;
+        }
+        Ok(self.final_conv.forward(&x)?)
+    }
+
+    /// Projection of the image features + downsampled mask, then the fuser: `[B, 256, e, e]`.
+    pub fn fuse(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
+        let mut x = (self.feature_projection.forward(pix_feat)? + mask_features)?;
+        for block in &self.fuser {
+            x = block.forward(&x)?;
+        }
+        Ok(x)
+    }
+
+    /// Final 1x1 projection and the position encoding of its grid.
+    pub fn project(&self, fused: &Tensor) -> Result<(Tensor, Tensor)> {
+        let features = self.projection.forward(fused)?;
+        let (b, _, h, w) = features.dims4()?;
+        let pos = sine_position_embedding(self.out_channels, h, w, features.device())?
+            .repeat((b, 1, 1, 1))?;
+        Ok((features, pos))
+    }
+
+    /// [`MemoryEncoder::forward`], keeping every intermediate.
+    pub fn forward_stages(
+        &self,
+        pix_feat: &Tensor,
+        mask_for_mem: &Tensor,
+    ) -> Result<MemoryEncoderStages> {
+        let (b, c, h, w) = pix_feat.dims4().map_err(|_| {
+            Error::InvalidImage(format!("pix_feat must be NCHW, got {:?}", pix_feat.dims()))
+        })?;
+        let mask_dims = mask_for_mem.dims();
+        let expected = [b, 1, h * self.total_stride, w * self.total_stride];
+        if c != self.hidden || mask_dims != expected {
+            return Err(Error::InvalidImage(format!(
+                "memory encoder needs pix_feat [B, {}, e, e] and mask [B, 1, {}e, {}e]: got {:?} \
+                 and {mask_dims:?}",
+                self.hidden,
+                self.total_stride,
+                self.total_stride,
+                pix_feat.dims()
+            )));
+        }
+        let mask_features = self.downsample_mask(mask_for_mem)?;
+        let fused = self.fuse(pix_feat, &mask_features)?;
+        let (features, pos) = self.project(&fused)?;
+        Ok(MemoryEncoderStages {
+            mask_features,
+            fused,
+            features,
+            pos,
+        })
+    }
+
+    /// Output channels of the memory (64).
+    pub fn out_channels(&self) -> usize {
+        self.out_channels
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::random_var_builder;
+    use candle_core::Device;
+
+    fn cfg(size: usize) -> EdgeTamConfig {
+        EdgeTamConfig::with_image_size(size).unwrap()
+    }
+
+    #[test]
+    fn occluded_object_gives_bias_everywhere() -> Result<()> {
+        let cfg = cfg(256);
+        let low = Tensor::randn(0f32, 3.0, (2, 1, 64, 64), &Device::Cpu)?;
+        let score = Tensor::new(&[1.5f32, -0.5], &Device::Cpu)?;
+        let m = mask_for_memory(&cfg, &low, &score, MaskSource::Tracked)?;
+        assert_eq!(m.dims(), &[2, 1, 256, 256]);
+        let occluded = m.get(1)?.flatten_all()?.to_vec1::<f32>()?;
+        assert!(occluded.iter().all(|&v| v == -10.0));
+        let present = m.get(0)?.flatten_all()?.to_vec1::<f32>()?;
+        assert!(present.iter().any(|&v| v > 0.0) && present.iter().any(|&v| v < 0.0));
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_mismatched_inputs() -> Result<()> {
+        let cfg = cfg(256);
+        let dev = Device::Cpu;
+        let low = Tensor::zeros((2, 1, 64, 64), DType::F32, &dev)?;
+        let one_score = Tensor::zeros(1, DType::F32, &dev)?;
+        assert!(mask_for_memory(&cfg, &low, &one_score, MaskSource::Prompted).is_err());
+        let enc = MemoryEncoder::new(&cfg, random_var_builder(1, &dev))?;
+        let pix = Tensor::zeros((1, 256, 16, 16), DType::F32, &dev)?;
+        let bad_mask = Tensor::zeros((1, 1, 128, 128), DType::F32, &dev)?;
+        assert!(enc.forward(&pix, &bad_mask).is_err());
+        let mut bad = cfg.clone();
+        bad.mask_downsampler_total_stride = 12;
+        assert!(MemoryEncoder::new(&bad, random_var_builder(1, &dev)).is_err());
+        Ok(())
+    }
+
+    /// Objects batched on B are independent, at the released 1024 shapes (64x64 memory grid).
+    #[test]
+    fn batch_entries_are_independent_at_1024() -> Result<()> {
+        let cfg = cfg(1024);
+        let dev = Device::Cpu;
+        let enc = MemoryEncoder::new(&cfg, random_var_builder(3, &dev))?;
+        let pix = Tensor::randn(0f32, 1.0, (2, 256, 64, 64), &dev)?;
+        let low = Tensor::randn(0f32, 3.0, (2, 1, 256, 256), &dev)?;
+        let score = Tensor::new(&[1f32, 2.0], &dev)?;
+        let mask = mask_for_memory(&cfg, &low, &score, MaskSource::Tracked)?;
+        let (feats, pos) = enc.forward(&pix, &mask)?;
+        assert_eq!(feats.dims(), &[2, 64, 64, 64]);
+        assert_eq!(pos.dims(), &[2, 64, 64, 64]);
+        let (one, _) = enc.forward(&pix.narrow(0, 1, 1)?, &mask.narrow(0, 1, 1)?)?;
+        // Relative: batched and single matmuls block differently (float noise only).
+        let diff = (feats.narrow(0, 1, 1)? - &one)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        let scale = one.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(
+            diff <= 1e-5 * scale,
+            "batch entry 1 differs alone by {diff} (max {scale})"
+        );
+        Ok(())
+    }
+}

@@ -17,7 +17,8 @@ use candle_nn::VarBuilder;
 
 pub(crate) use conv::Pointwise;
 use conv::{conv_norm, Dense};
-use depthwise::Depthwise;
+pub(crate) use depthwise::Depthwise;
+pub(crate) use gelu::gelu;
 
 /// RepViT-M1 stage widths.
 pub const DIMS: [usize; 4] = [48, 96, 192, 384];

@@ -89,6 +89,9 @@ pub fn run_all(
         reports.extend(decoder::run(fx, weights)?);
         reports.extend(frame::run(fx, weights)?);
     }
+    if fx.has("memory.tracked.memory") {
+        reports.extend(memory::run(fx, weights)?);
+    }
     if fx.has("memattn.output") {
         reports.extend(memory_attention::run(fx, weights)?);
     }
