@@ -61,6 +61,23 @@ fn gelu_scalar(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+/// GELU applied in place, split over threads (the fused 1x1 conv's epilogue).
+pub(crate) fn gelu_in_place(data: &mut [f32]) {
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1);
+    let per = data.len().div_ceil(threads).max(1 << 14);
+    std::thread::scope(|scope| {
+        for chunk in data.chunks_mut(per) {
+            scope.spawn(move || {
+                for x in chunk.iter_mut() {
+                    *x = gelu_scalar(*x);
+                }
+            });
+        }
+    });
+}
+
 impl CustomOp1 for Gelu {
     fn name(&self) -> &'static str {
         "gelu-erf-fast"
