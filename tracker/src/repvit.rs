@@ -195,7 +195,7 @@ impl RepVit {
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
     pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
-        let mut x = gelu::gelu(&self.stem[0].forward(pixel_values)?)?;
+        let mut x = self.stem[0].forward_gelu(pixel_values)?;
         x = self.stem[1].forward(&x)?;
         let mut outs = Vec::with_capacity(self.stages.len());
         for stage in &self.stages {

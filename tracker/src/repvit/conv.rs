@@ -282,11 +282,19 @@ impl CustomOp2 for FusedPointwise<'_> {
     }
 }
 
-/// A dense `k x k` convolution with bias (the stem), through candle's `conv2d`.
+/// A dense `k x k` convolution with bias (the stem).
+///
+/// On CPU (f32) it runs as im2col + `gemm` over chunks of output pixels, one chunk per thread
+/// at a time, with the bias (and an optional GELU) fused in; candle's `conv2d` otherwise.
 pub(crate) struct Dense {
     weight: Tensor,
     /// `[1, out, 1, 1]`.
     bias: Tensor,
+    /// Host copies: `[out, in * k * k]` row-major and `[out]`.
+    host_weight: Vec<f32>,
+    host_bias: Vec<f32>,
+    in_ch: usize,
+    k: usize,
     stride: usize,
     padding: usize,
 }
@@ -301,17 +309,174 @@ impl Dense {
         stride: usize,
     ) -> candle_core::Result<Self> {
         let (w, b) = conv_norm(vb, out_ch, in_ch, k)?;
+        let weight = w.to_dtype(DType::F32)?;
+        let bias = b.to_dtype(DType::F32)?;
         Ok(Self {
-            weight: w.to_dtype(DType::F32)?,
-            bias: b.reshape((1, out_ch, 1, 1))?.to_dtype(DType::F32)?,
-            stride,
+            host_weight: weight.flatten_all()?.to_vec1()?,
+            host_bias: bias.to_vec1()?,
+            weight,
+            bias: bias.reshape((1, out_ch, 1, 1))?,
+            in_ch,
+            k,
+            stride: stride.max(1),
             padding: (k - 1) / 2,
         })
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
+                conv: self,
+                gelu: false,
+            });
+        }
+        self.plain(x)
+    }
+
+    /// `gelu(conv(x) + b)`.
+    pub(crate) fn forward_gelu(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
+                conv: self,
+                gelu: true,
+            });
+        }
+        super::gelu::gelu(&self.plain(x)?)
+    }
+
+    fn plain(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.conv2d(&self.weight, self.padding, self.stride, 1, 1)?
             .broadcast_add(&self.bias)
+    }
+}
+
+struct DenseOp<'a> {
+    conv: &'a Dense,
+    gelu: bool,
+}
+
+/// Output pixels per im2col chunk.
+const DENSE_CHUNK: usize = 2048;
+
+impl CustomOp1 for DenseOp<'_> {
+    fn name(&self) -> &'static str {
+        "dense-conv-im2col"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = self.conv;
+        let (n, c, h, w) = layout.shape().dims4()?;
+        if c != d.in_ch {
+            candle_core::bail!("dense conv has {} input channels, got {c}", d.in_ch);
+        }
+        let x = match storage {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("dense conv kernel expects f32 input"),
+        };
+        let x = match layout.contiguous_offsets() {
+            Some((a, b)) => &x[a..b],
+            None => candle_core::bail!("dense conv kernel expects a contiguous input"),
+        };
+        let (k, s, p) = (d.k, d.stride, d.padding);
+        let out_ch = d.host_bias.len();
+        let kk = c * k * k;
+        let oh = (h + 2 * p).saturating_sub(k) / s + 1;
+        let ow = (w + 2 * p).saturating_sub(k) / s + 1;
+        let hw = oh * ow;
+        let mut out = vec![0f32; n * out_ch * hw];
+        let shape = Shape::from((n, out_ch, oh, ow));
+        if hw == 0 || out_ch == 0 {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let chunks = hw.div_ceil(DENSE_CHUNK);
+        let jobs = n * chunks;
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1)
+            .clamp(1, jobs);
+        // Threads write disjoint column ranges of `out`; the address travels as an integer.
+        let out_addr = out.as_mut_ptr() as usize;
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                scope.spawn(move || {
+                    let mut cols = vec![0f32; kk * DENSE_CHUNK];
+                    for job in (t..jobs).step_by(threads) {
+                        let (b, ci) = (job / chunks, job % chunks);
+                        let p0 = ci * DENSE_CHUNK;
+                        let np = DENSE_CHUNK.min(hw - p0);
+                        let img = &x[b * c * h * w..(b + 1) * c * h * w];
+                        // im2col: row `(ch, ky, kx)`, column = output pixel.
+                        for ch in 0..c {
+                            for ky in 0..k {
+                                for kx in 0..k {
+                                    let row = (ch * k + ky) * k + kx;
+                                    let dst = &mut cols[row * np..(row + 1) * np];
+                                    for (j, v) in dst.iter_mut().enumerate() {
+                                        let q = p0 + j;
+                                        let (oy, ox) = (q / ow, q % ow);
+                                        let iy = (oy * s + ky) as isize - p as isize;
+                                        let ix = (ox * s + kx) as isize - p as isize;
+                                        *v = if iy >= 0
+                                            && ix >= 0
+                                            && (iy as usize) < h
+                                            && (ix as usize) < w
+                                        {
+                                            img[(ch * h + iy as usize) * w + ix as usize]
+                                        } else {
+                                            0.0
+                                        };
+                                    }
+                                }
+                            }
+                        }
+                        let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
+                        // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
+                        // `out_ch x hw` block (row stride `hw`), which no other job touches;
+                        // `weight` is `out_ch x kk` and `cols` is `kk x np`, both row-major.
+                        unsafe {
+                            for o in 0..out_ch {
+                                let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
+                                row.fill(d.host_bias[o]);
+                            }
+                            gemm::gemm(
+                                out_ch,
+                                np,
+                                kk,
+                                dst,
+                                1,
+                                hw as isize,
+                                true,
+                                d.host_weight.as_ptr(),
+                                1,
+                                kk as isize,
+                                cols.as_ptr(),
+                                1,
+                                np as isize,
+                                1.0f32,
+                                1.0f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                            if self.gelu {
+                                for o in 0..out_ch {
+                                    let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
+                                    for v in row.iter_mut() {
+                                        *v = super::gelu::gelu_scalar(*v);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), shape))
     }
 }
 
@@ -340,6 +505,38 @@ mod tests {
                 assert_eq!(ours.dims(), theirs.dims());
                 let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
                 assert!(d < 1e-4, "case {i} {n}x{c}->{o} {h}x{w}: {d}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The im2col CPU op must agree with candle's `conv2d` (plain and with GELU).
+    #[test]
+    fn dense_matches_conv2d() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (n, c, o, k, s, h, w) in [(1, 3, 24, 3, 2, 70, 67), (2, 4, 5, 3, 1, 9, 8)] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 1.0, (o, c, k, k), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let d = Dense {
+                host_weight: wt.flatten_all()?.to_vec1()?,
+                host_bias: b.to_vec1()?,
+                weight: wt,
+                bias: b.reshape((1, o, 1, 1))?,
+                in_ch: c,
+                k,
+                stride: s,
+                padding: (k - 1) / 2,
+            };
+            let plain = d.plain(&x)?;
+            let pairs = [
+                (d.forward(&x)?, plain.clone()),
+                (d.forward_gelu(&x)?, plain.gelu_erf()?),
+            ];
+            for (i, (ours, theirs)) in pairs.iter().enumerate() {
+                assert_eq!(ours.dims(), theirs.dims());
+                let diff = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                assert!(diff < 1e-4, "case {i} {n}x{c}->{o} s{s} {h}x{w}: {diff}");
             }
         }
         Ok(())

@@ -57,7 +57,7 @@ fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn gelu_scalar(x: f32) -> f32 {
+pub(crate) fn gelu_scalar(x: f32) -> f32 {
     x * 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
