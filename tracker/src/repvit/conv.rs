@@ -466,9 +466,7 @@ impl CustomOp1 for DenseOp<'_> {
                             if self.gelu {
                                 for o in 0..out_ch {
                                     let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
-                                    for v in row.iter_mut() {
-                                        *v = super::gelu::gelu_scalar(*v);
-                                    }
+                                    super::gelu::gelu_slice(row);
                                 }
                             }
                         }
