@@ -79,8 +79,9 @@ impl Mlp {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.conv2.forward(&gelu::gelu(&self.conv1.forward(x)?)?)
+    /// `x + mlp(x)`, the residual and biases fused into the 1x1 convs.
+    fn forward_residual(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.conv2.forward_add(&self.conv1.forward_gelu(x)?, x)
     }
 }
 
@@ -143,7 +144,7 @@ impl Block {
         if let Some(se) = &self.se {
             x = se.forward(&x)?;
         }
-        &x + self.mlp.forward(&x)?
+        self.mlp.forward_residual(&x)
     }
 }
 
@@ -161,7 +162,7 @@ impl Downsample {
         let x = self.pre_block.forward(x)?;
         let x = self.spatial.forward(&x)?;
         let x = self.channel.forward(&x)?;
-        &x + self.ffn.forward(&x)?
+        self.ffn.forward_residual(&x)
     }
 }
 
@@ -194,7 +195,7 @@ impl RepVit {
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
     pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
-        let mut x = gelu::gelu(&self.stem[0].forward(pixel_values)?)?;
+        let mut x = self.stem[0].forward_gelu(pixel_values)?;
         x = self.stem[1].forward(&x)?;
         let mut outs = Vec::with_capacity(self.stages.len());
         for stage in &self.stages {

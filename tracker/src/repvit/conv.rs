@@ -3,7 +3,7 @@
 //! Inference BatchNorm is an affine map per output channel, so it merges into the preceding
 //! convolution's weight and bias (computed in f64, stored f32): one op instead of four.
 
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 use candle_nn::VarBuilder;
 
 /// BatchNorm eps of every RepViT `ConvNorm` (torch's default).
@@ -37,11 +37,26 @@ pub(crate) fn conv_norm(
 }
 
 /// A 1x1 convolution as a matrix product over the flattened spatial axis.
+///
+/// On CPU (f32) it runs as one fused op: the output starts as the bias (plus an optional
+/// residual), `gemm` accumulates `W x` into it, and an optional GELU runs in place; that saves
+/// the separate bias-add, residual-add and activation passes (and their allocations) over
+/// large activations. Other devices use candle's `matmul` + `broadcast_add`.
 pub(crate) struct Pointwise {
     /// `[out, in]`.
     weight: Tensor,
     /// `[out, 1]`.
     bias: Tensor,
+    /// Host copies for the CPU op: `[out, in]` row-major and `[out]`.
+    host_weight: Vec<f32>,
+    host_bias: Vec<f32>,
+}
+
+/// What the fused CPU op adds after the product.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Epilogue {
+    None,
+    Gelu,
 }
 
 impl Pointwise {
@@ -49,9 +64,15 @@ impl Pointwise {
     pub(crate) fn new(weight: &Tensor, bias: &Tensor) -> candle_core::Result<Self> {
         let out_ch = weight.dim(0)?;
         let in_ch = weight.elem_count() / out_ch.max(1);
+        let weight = weight.reshape((out_ch, in_ch))?.to_dtype(DType::F32)?;
+        let bias = bias.reshape((out_ch, 1))?.to_dtype(DType::F32)?;
+        let host_weight = weight.flatten_all()?.to_vec1::<f32>()?;
+        let host_bias = bias.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
-            weight: weight.reshape((out_ch, in_ch))?.to_dtype(DType::F32)?,
-            bias: bias.reshape((out_ch, 1))?.to_dtype(DType::F32)?,
+            weight,
+            bias,
+            host_weight,
+            host_bias,
         })
     }
 
@@ -72,7 +93,31 @@ impl Pointwise {
         Self::new(&w, &b)
     }
 
+    /// `W x + b`.
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return self.fused(x, None, Epilogue::None);
+        }
+        self.plain(x)
+    }
+
+    /// `gelu(W x + b)`.
+    pub(crate) fn forward_gelu(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return self.fused(x, None, Epilogue::Gelu);
+        }
+        super::gelu::gelu(&self.plain(x)?)
+    }
+
+    /// `residual + (W x + b)`; `residual` has the output's shape.
+    pub(crate) fn forward_add(&self, x: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) && fused_ok(residual) {
+            return self.fused(x, Some(residual), Epilogue::None);
+        }
+        residual + self.plain(x)?
+    }
+
+    fn plain(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (n, c, h, w) = x.dims4()?;
         let out_ch = self.weight.dim(0)?;
         let x = x.reshape((n, c, h * w))?;
@@ -83,13 +128,173 @@ impl Pointwise {
         };
         y.broadcast_add(&self.bias)?.reshape((n, out_ch, h, w))
     }
+
+    fn fused(
+        &self,
+        x: &Tensor,
+        residual: Option<&Tensor>,
+        epilogue: Epilogue,
+    ) -> candle_core::Result<Tensor> {
+        let op = FusedPointwise {
+            weight: &self.host_weight,
+            bias: &self.host_bias,
+            epilogue,
+        };
+        let x = x.contiguous()?;
+        match residual {
+            Some(r) => x.apply_op2_no_bwd(&r.contiguous()?, &op),
+            None => x.apply_op1_no_bwd(&op),
+        }
+    }
 }
 
-/// A dense `k x k` convolution with bias (the stem), through candle's `conv2d`.
+fn fused_ok(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32
+}
+
+/// The CPU op behind [`Pointwise`]: `epilogue(residual + b + W x)` per batch entry.
+struct FusedPointwise<'a> {
+    weight: &'a [f32],
+    bias: &'a [f32],
+    epilogue: Epilogue,
+}
+
+impl FusedPointwise<'_> {
+    fn run(
+        &self,
+        x: &CpuStorage,
+        xl: &Layout,
+        residual: Option<&[f32]>,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, c, h, w) = xl.shape().dims4()?;
+        let out_ch = self.bias.len();
+        if self.weight.len() != out_ch * c {
+            candle_core::bail!(
+                "1x1 conv has a {out_ch}x{} weight, input has {c} channels",
+                self.weight.len() / out_ch.max(1)
+            );
+        }
+        let x = match x {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("1x1 conv kernel expects f32 input"),
+        };
+        let x = match xl.contiguous_offsets() {
+            Some((a, b)) => &x[a..b],
+            None => candle_core::bail!("1x1 conv kernel expects a contiguous input"),
+        };
+        let hw = h * w;
+        let total = n * out_ch * hw;
+        if let Some(r) = residual {
+            if r.len() != total {
+                candle_core::bail!(
+                    "1x1 conv residual has {} values, output has {total}",
+                    r.len()
+                );
+            }
+        }
+        // Start from the bias (plus the residual); the product accumulates on top.
+        let mut out: Vec<f32> = Vec::with_capacity(total);
+        for i in 0..n * out_ch {
+            let b = self.bias[i % out_ch];
+            match residual {
+                Some(r) => out.extend(r[i * hw..(i + 1) * hw].iter().map(|v| v + b)),
+                None => out.extend(std::iter::repeat_n(b, hw)),
+            }
+        }
+        let threads = candle_core::utils::get_num_threads();
+        let parallelism = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        if hw > 0 && c > 0 && out_ch > 0 {
+            for (dst, src) in out.chunks_mut(out_ch * hw).zip(x.chunks(c * hw)) {
+                // SAFETY: `dst` is `out_ch x hw`, `weight` is `out_ch x c` and `src` is
+                // `c x hw`, all row-major and checked above; the slices outlive the call and
+                // `dst` does not alias the inputs.
+                unsafe {
+                    gemm::gemm(
+                        out_ch,
+                        hw,
+                        c,
+                        dst.as_mut_ptr(),
+                        1,
+                        hw as isize,
+                        true,
+                        self.weight.as_ptr(),
+                        1,
+                        c as isize,
+                        src.as_ptr(),
+                        1,
+                        hw as isize,
+                        1.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                }
+            }
+        }
+        if self.epilogue == Epilogue::Gelu {
+            super::gelu::gelu_in_place(&mut out);
+        }
+        Ok((CpuStorage::F32(out), Shape::from((n, out_ch, h, w))))
+    }
+}
+
+impl CustomOp1 for FusedPointwise<'_> {
+    fn name(&self) -> &'static str {
+        "pointwise-conv-fused"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.run(storage, layout, None)
+    }
+}
+
+impl CustomOp2 for FusedPointwise<'_> {
+    fn name(&self) -> &'static str {
+        "pointwise-conv-fused-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let r = match s2 {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("1x1 conv residual must be f32"),
+        };
+        let r = match l2.contiguous_offsets() {
+            Some((a, b)) => &r[a..b],
+            None => candle_core::bail!("1x1 conv residual must be contiguous"),
+        };
+        self.run(s1, l1, Some(r))
+    }
+}
+
+/// A dense `k x k` convolution with bias (the stem).
+///
+/// On CPU (f32) it runs as im2col + `gemm` over chunks of output pixels, one chunk per thread
+/// at a time, with the bias (and an optional GELU) fused in; candle's `conv2d` otherwise.
 pub(crate) struct Dense {
     weight: Tensor,
     /// `[1, out, 1, 1]`.
     bias: Tensor,
+    /// Host copies: `[out, in * k * k]` row-major and `[out]`.
+    host_weight: Vec<f32>,
+    host_bias: Vec<f32>,
+    in_ch: usize,
+    k: usize,
     stride: usize,
     padding: usize,
 }
@@ -104,16 +309,234 @@ impl Dense {
         stride: usize,
     ) -> candle_core::Result<Self> {
         let (w, b) = conv_norm(vb, out_ch, in_ch, k)?;
+        let weight = w.to_dtype(DType::F32)?;
+        let bias = b.to_dtype(DType::F32)?;
         Ok(Self {
-            weight: w.to_dtype(DType::F32)?,
-            bias: b.reshape((1, out_ch, 1, 1))?.to_dtype(DType::F32)?,
-            stride,
+            host_weight: weight.flatten_all()?.to_vec1()?,
+            host_bias: bias.to_vec1()?,
+            weight,
+            bias: bias.reshape((1, out_ch, 1, 1))?,
+            in_ch,
+            k,
+            stride: stride.max(1),
             padding: (k - 1) / 2,
         })
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
+                conv: self,
+                gelu: false,
+            });
+        }
+        self.plain(x)
+    }
+
+    /// `gelu(conv(x) + b)`.
+    pub(crate) fn forward_gelu(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if fused_ok(x) {
+            return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
+                conv: self,
+                gelu: true,
+            });
+        }
+        super::gelu::gelu(&self.plain(x)?)
+    }
+
+    fn plain(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.conv2d(&self.weight, self.padding, self.stride, 1, 1)?
             .broadcast_add(&self.bias)
+    }
+}
+
+struct DenseOp<'a> {
+    conv: &'a Dense,
+    gelu: bool,
+}
+
+/// Output pixels per im2col chunk.
+const DENSE_CHUNK: usize = 2048;
+
+impl CustomOp1 for DenseOp<'_> {
+    fn name(&self) -> &'static str {
+        "dense-conv-im2col"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = self.conv;
+        let (n, c, h, w) = layout.shape().dims4()?;
+        if c != d.in_ch {
+            candle_core::bail!("dense conv has {} input channels, got {c}", d.in_ch);
+        }
+        let x = match storage {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("dense conv kernel expects f32 input"),
+        };
+        let x = match layout.contiguous_offsets() {
+            Some((a, b)) => &x[a..b],
+            None => candle_core::bail!("dense conv kernel expects a contiguous input"),
+        };
+        let (k, s, p) = (d.k, d.stride, d.padding);
+        let out_ch = d.host_bias.len();
+        let kk = c * k * k;
+        let oh = (h + 2 * p).saturating_sub(k) / s + 1;
+        let ow = (w + 2 * p).saturating_sub(k) / s + 1;
+        let hw = oh * ow;
+        let mut out = vec![0f32; n * out_ch * hw];
+        let shape = Shape::from((n, out_ch, oh, ow));
+        if hw == 0 || out_ch == 0 {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let chunks = hw.div_ceil(DENSE_CHUNK);
+        let jobs = n * chunks;
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1)
+            .clamp(1, jobs);
+        // Threads write disjoint column ranges of `out`; the address travels as an integer.
+        let out_addr = out.as_mut_ptr() as usize;
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                scope.spawn(move || {
+                    let mut cols = vec![0f32; kk * DENSE_CHUNK];
+                    for job in (t..jobs).step_by(threads) {
+                        let (b, ci) = (job / chunks, job % chunks);
+                        let p0 = ci * DENSE_CHUNK;
+                        let np = DENSE_CHUNK.min(hw - p0);
+                        let img = &x[b * c * h * w..(b + 1) * c * h * w];
+                        // im2col: row `(ch, ky, kx)`, column = output pixel.
+                        for ch in 0..c {
+                            for ky in 0..k {
+                                for kx in 0..k {
+                                    let row = (ch * k + ky) * k + kx;
+                                    let dst = &mut cols[row * np..(row + 1) * np];
+                                    for (j, v) in dst.iter_mut().enumerate() {
+                                        let q = p0 + j;
+                                        let (oy, ox) = (q / ow, q % ow);
+                                        let iy = (oy * s + ky) as isize - p as isize;
+                                        let ix = (ox * s + kx) as isize - p as isize;
+                                        *v = if iy >= 0
+                                            && ix >= 0
+                                            && (iy as usize) < h
+                                            && (ix as usize) < w
+                                        {
+                                            img[(ch * h + iy as usize) * w + ix as usize]
+                                        } else {
+                                            0.0
+                                        };
+                                    }
+                                }
+                            }
+                        }
+                        let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
+                        // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
+                        // `out_ch x hw` block (row stride `hw`), which no other job touches;
+                        // `weight` is `out_ch x kk` and `cols` is `kk x np`, both row-major.
+                        unsafe {
+                            for o in 0..out_ch {
+                                let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
+                                row.fill(d.host_bias[o]);
+                            }
+                            gemm::gemm(
+                                out_ch,
+                                np,
+                                kk,
+                                dst,
+                                1,
+                                hw as isize,
+                                true,
+                                d.host_weight.as_ptr(),
+                                1,
+                                kk as isize,
+                                cols.as_ptr(),
+                                1,
+                                np as isize,
+                                1.0f32,
+                                1.0f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            );
+                            if self.gelu {
+                                for o in 0..out_ch {
+                                    let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
+                                    super::gelu::gelu_slice(row);
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The fused CPU op must agree with the candle matmul + bias path (and GELU / residual).
+    #[test]
+    fn fused_matches_plain() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (n, c, o, h, w) in [(1, 48, 96, 9, 7), (2, 5, 3, 4, 4), (1, 7, 7, 1, 1)] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let r = Tensor::randn(0f32, 1.0, (n, o, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 1.0, (o, c, 1, 1), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let pw = Pointwise::new(&wt, &b)?;
+            let plain = pw.plain(&x)?;
+            let pairs = [
+                (pw.forward(&x)?, plain.clone()),
+                (pw.forward_gelu(&x)?, plain.gelu_erf()?),
+                (pw.forward_add(&x, &r)?, (&r + &plain)?),
+            ];
+            for (i, (ours, theirs)) in pairs.iter().enumerate() {
+                assert_eq!(ours.dims(), theirs.dims());
+                let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                assert!(d < 1e-4, "case {i} {n}x{c}->{o} {h}x{w}: {d}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The im2col CPU op must agree with candle's `conv2d` (plain and with GELU).
+    #[test]
+    fn dense_matches_conv2d() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (n, c, o, k, s, h, w) in [(1, 3, 24, 3, 2, 70, 67), (2, 4, 5, 3, 1, 9, 8)] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 1.0, (o, c, k, k), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let d = Dense {
+                host_weight: wt.flatten_all()?.to_vec1()?,
+                host_bias: b.to_vec1()?,
+                weight: wt,
+                bias: b.reshape((1, o, 1, 1))?,
+                in_ch: c,
+                k,
+                stride: s,
+                padding: (k - 1) / 2,
+            };
+            let plain = d.plain(&x)?;
+            let pairs = [
+                (d.forward(&x)?, plain.clone()),
+                (d.forward_gelu(&x)?, plain.gelu_erf()?),
+            ];
+            for (i, (ours, theirs)) in pairs.iter().enumerate() {
+                assert_eq!(ours.dims(), theirs.dims());
+                let diff = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+                assert!(diff < 1e-4, "case {i} {n}x{c}->{o} s{s} {h}x{w}: {diff}");
+            }
+        }
+        Ok(())
     }
 }

@@ -73,8 +73,49 @@ impl Kernel {
         (n + 2 * self.padding).saturating_sub(self.k) / self.stride + 1
     }
 
+    /// [`Self::plane`] in the widest vectors the CPU has (`wide`: AVX-512F detected). Only the
+    /// vector width changes (no FMA contraction), so results are bit-identical.
+    #[allow(clippy::too_many_arguments)]
+    fn plane_dispatch(
+        &self,
+        wide: bool,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            // SAFETY: `wide` is only set when the CPU reports AVX-512F.
+            unsafe { self.plane_avx512(c, inp, h, w, out, oh, ow) };
+            return;
+        }
+        let _ = wide;
+        self.plane(c, inp, h, w, out, oh, ow);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn plane_avx512(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        self.plane(c, inp, h, w, out, oh, ow);
+    }
+
     /// One channel plane: `out` starts at the bias and accumulates each tap as a row update.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn plane(
         &self,
         c: usize,
@@ -159,13 +200,17 @@ impl CustomOp1 for Kernel {
             .unwrap_or(1)
             .clamp(1, planes.max(1));
         let per = planes.div_ceil(threads).max(1);
+        #[cfg(target_arch = "x86_64")]
+        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
         std::thread::scope(|scope| {
             for (t, chunk) in out.chunks_mut(per * oh * ow).enumerate() {
                 scope.spawn(move || {
                     for (j, o) in chunk.chunks_mut(oh * ow).enumerate() {
                         let plane = t * per + j;
                         let inp = &data[plane * h * w..(plane + 1) * h * w];
-                        self.plane(plane % c, inp, h, w, o, oh, ow);
+                        self.plane_dispatch(wide, plane % c, inp, h, w, o, oh, ow);
                     }
                 });
             }
