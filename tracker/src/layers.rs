@@ -411,13 +411,13 @@ impl FeedForward {
     }
 }
 
-/// Multi-head attention with an internal width of `hidden / downsample_rate`
-/// (`EdgeTamVideoAttention` + `eager_attention_forward`): no mask, no RoPE.
+/// The four projections of a multi-head attention and the softmax attention between them.
 ///
-/// The decoder's cross-attentions run at half width (downsample 2); its self-attention at full
-/// width (downsample 1).
+/// Every attention of EdgeTAM (decoder, memory attention with RoPE, perceiver) is built from
+/// this; they differ only in what they do to the split heads (RoPE, added positions) before
+/// [`HeadProjections::attend`].
 #[derive(Debug, Clone)]
-pub struct Attention {
+pub struct HeadProjections {
     q_proj: Linear,
     k_proj: Linear,
     v_proj: Linear,
@@ -425,6 +425,85 @@ pub struct Attention {
     num_heads: usize,
     head_dim: usize,
     scaling: f64,
+}
+
+impl HeadProjections {
+    /// Queries from `q_in` channels, keys/values from `kv_in`, `num_heads` heads of `head_dim`;
+    /// the output projection returns to `q_in` channels.
+    pub fn new(
+        q_in: usize,
+        kv_in: usize,
+        num_heads: usize,
+        head_dim: usize,
+        bias: bool,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let inner = num_heads * head_dim;
+        let lin = |i: usize, o: usize, name: &str| {
+            if bias {
+                linear(i, o, vb.pp(name))
+            } else {
+                candle_nn::linear_no_bias(i, o, vb.pp(name))
+            }
+        };
+        Ok(Self {
+            q_proj: lin(q_in, inner, "q_proj")?,
+            k_proj: lin(kv_in, inner, "k_proj")?,
+            v_proj: lin(kv_in, inner, "v_proj")?,
+            o_proj: lin(inner, q_in, "o_proj")?,
+            num_heads,
+            head_dim,
+            scaling: (head_dim as f64).powf(-0.5),
+        })
+    }
+
+    /// Projected queries `[N, heads, L, head_dim]` (contiguous).
+    pub fn queries(&self, x: &Tensor) -> Result<Tensor> {
+        self.split_heads(&self.q_proj.forward(x)?)
+    }
+
+    /// Projected keys `[N, heads, L, head_dim]` (contiguous).
+    pub fn keys(&self, x: &Tensor) -> Result<Tensor> {
+        self.split_heads(&self.k_proj.forward(x)?)
+    }
+
+    /// Projected values `[N, heads, L, head_dim]` (contiguous).
+    pub fn values(&self, x: &Tensor) -> Result<Tensor> {
+        self.split_heads(&self.v_proj.forward(x)?)
+    }
+
+    /// `[N, L, heads * head_dim]` -> contiguous `[N, heads, L, head_dim]`.
+    pub fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, l, _) = x.dims3()?;
+        x.reshape((n, l, self.num_heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()
+    }
+
+    /// `softmax(q k^T * scale) v`, heads merged, output projection: `[N, Lq, q_in]`.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let (n, _, lq, _) = q.dims4()?;
+        // Scale after the product, softmax in f32: the reference's (eager) order. The matmul
+        // reads the transposed keys in place (no copy).
+        let logits = (q.matmul(&k.t()?)? * self.scaling)?;
+        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
+        let out = weights.matmul(v)?; // [N, heads, Lq, head_dim]
+        let out =
+            out.transpose(1, 2)?
+                .contiguous()?
+                .reshape((n, lq, self.num_heads * self.head_dim))?;
+        self.o_proj.forward(&out)
+    }
+}
+
+/// Multi-head attention with an internal width of `hidden / downsample_rate`
+/// (`EdgeTamVideoAttention` + `eager_attention_forward`): no mask, no RoPE.
+///
+/// The decoder's cross-attentions run at half width (downsample 2); its self-attention at full
+/// width (downsample 1).
+#[derive(Debug, Clone)]
+pub struct Attention {
+    proj: HeadProjections,
 }
 
 impl Attention {
@@ -438,42 +517,21 @@ impl Attention {
         if num_heads == 0 || !internal.is_multiple_of(num_heads) {
             candle_core::bail!("attention width {internal} is not divisible by {num_heads} heads");
         }
-        let head_dim = internal / num_heads;
-        Ok(Self {
-            q_proj: linear(hidden_size, internal, vb.pp("q_proj"))?,
-            k_proj: linear(hidden_size, internal, vb.pp("k_proj"))?,
-            v_proj: linear(hidden_size, internal, vb.pp("v_proj"))?,
-            o_proj: linear(internal, hidden_size, vb.pp("o_proj"))?,
+        let proj = HeadProjections::new(
+            hidden_size,
+            hidden_size,
             num_heads,
-            head_dim,
-            scaling: (head_dim as f64).powf(-0.5),
-        })
+            internal / num_heads,
+            true,
+            vb,
+        )?;
+        Ok(Self { proj })
     }
 
     /// `query`: `[N, Lq, C]`, `key`/`value`: `[N, Lk, C]` -> `[N, Lq, C]`.
     pub fn forward(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
-        let (n, lq, _) = query.dims3()?;
-        let q = self.split_heads(&self.q_proj.forward(query)?)?;
-        let k = self.split_heads(&self.k_proj.forward(key)?)?;
-        let v = self.split_heads(&self.v_proj.forward(value)?)?;
-        // Scale after the product, softmax in f32: the reference's order. The matmul reads the
-        // transposed keys in place (no copy).
-        let logits = (q.matmul(&k.t()?)? * self.scaling)?;
-        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
-        let out = weights.matmul(&v)?; // [N, heads, Lq, head_dim]
-        let out =
-            out.transpose(1, 2)?
-                .contiguous()?
-                .reshape((n, lq, self.num_heads * self.head_dim))?;
-        self.o_proj.forward(&out)
-    }
-
-    /// `[N, L, heads * head_dim]` -> contiguous `[N, heads, L, head_dim]`.
-    fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
-        let (n, l, _) = x.dims3()?;
-        x.reshape((n, l, self.num_heads, self.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()
+        let p = &self.proj;
+        p.attend(&p.queries(query)?, &p.keys(key)?, &p.values(value)?)
     }
 }
 

@@ -17,7 +17,7 @@ use candle_nn::{linear, Linear, VarBuilder};
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
-use crate::layers::{Activation, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
 use crate::rope::AxialRope;
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
@@ -40,13 +40,7 @@ struct KeyLayout {
 /// queries and keys, softmax attention, output projection.
 #[derive(Debug, Clone)]
 struct RopeAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    num_heads: usize,
-    head_dim: usize,
-    scaling: f64,
+    proj: HeadProjections,
 }
 
 impl RopeAttention {
@@ -57,15 +51,8 @@ impl RopeAttention {
         num_heads: usize,
         vb: VarBuilder,
     ) -> candle_core::Result<Self> {
-        let head_dim = internal / num_heads;
         Ok(Self {
-            q_proj: linear(hidden, internal, vb.pp("q_proj"))?,
-            k_proj: linear(kv_in, internal, vb.pp("k_proj"))?,
-            v_proj: linear(kv_in, internal, vb.pp("v_proj"))?,
-            o_proj: linear(internal, hidden, vb.pp("o_proj"))?,
-            num_heads,
-            head_dim,
-            scaling: (head_dim as f64).powf(-0.5),
+            proj: HeadProjections::new(hidden, kv_in, num_heads, internal / num_heads, true, vb)?,
         })
     }
 
@@ -81,31 +68,14 @@ impl RopeAttention {
         k_rope: &AxialRope,
         k_layout: Option<KeyLayout>,
     ) -> Result<Tensor> {
-        let (b, lq, _) = query.dims3()?;
-        let q = q_rope.apply(&self.split_heads(&self.q_proj.forward(query)?)?)?;
-        let k = self.split_heads(&self.k_proj.forward(key)?)?;
-        let v = self.split_heads(&self.v_proj.forward(value)?)?;
+        let p = &self.proj;
+        let q = q_rope.apply(&p.queries(query)?)?;
+        let k = p.keys(key)?;
         let k = match k_layout {
             None => q_rope.apply(&k)?,
             Some(layout) => rotate_memory_keys(&k, k_rope, layout)?,
         };
-        // Scale after the product, softmax in f32: the reference's (eager) order.
-        let logits = (q.matmul(&k.t()?.contiguous()?)? * self.scaling)?;
-        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
-        let out = weights.matmul(&v)?; // [B, heads, Lq, head_dim]
-        let out =
-            out.transpose(1, 2)?
-                .contiguous()?
-                .reshape((b, lq, self.num_heads * self.head_dim))?;
-        Ok(self.o_proj.forward(&out)?)
-    }
-
-    /// `[B, L, heads * head_dim]` -> contiguous `[B, heads, L, head_dim]`.
-    fn split_heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (b, l, _) = x.dims3()?;
-        x.reshape((b, l, self.num_heads, self.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()
+        Ok(p.attend(&q, &k, &p.values(value)?)?)
     }
 }
 

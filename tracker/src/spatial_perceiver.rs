@@ -16,63 +16,34 @@ use candle_nn::{linear_no_bias, Linear, VarBuilder};
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
-use crate::layers::{LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::layers::{HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
 use crate::position_encoding::sine_position_embedding;
 use crate::repvit::gelu;
 
 /// `EdgeTamVideoPerceiverAttention`: bias-free projections, optional position added to k and v
 /// after projection (per head), softmax in f32.
 struct PerceiverAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    num_heads: usize,
-    head_dim: usize,
-    scaling: f64,
+    proj: HeadProjections,
 }
 
 impl PerceiverAttention {
     fn new(hidden: usize, num_heads: usize, head_dim: usize, vb: VarBuilder) -> Result<Self> {
-        let inner = num_heads * head_dim;
         Ok(Self {
-            q_proj: linear_no_bias(hidden, inner, vb.pp("q_proj"))?,
-            k_proj: linear_no_bias(hidden, inner, vb.pp("k_proj"))?,
-            v_proj: linear_no_bias(hidden, inner, vb.pp("v_proj"))?,
-            o_proj: linear_no_bias(inner, hidden, vb.pp("o_proj"))?,
-            num_heads,
-            head_dim,
-            scaling: (head_dim as f64).powf(-0.5),
+            proj: HeadProjections::new(hidden, hidden, num_heads, head_dim, false, vb)?,
         })
-    }
-
-    /// `[N, L, heads * head_dim]` -> `[N, heads, L, head_dim]`.
-    fn split(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (n, l, _) = x.dims3()?;
-        x.reshape((n, l, self.num_heads, self.head_dim))?
-            .transpose(1, 2)
     }
 
     /// `query` `[N, Lq, C]`, `kv` `[N, Lk, C]`, `pos` `[N, Lk, heads * head_dim]`.
     fn forward(&self, query: &Tensor, kv: &Tensor, pos: Option<&Tensor>) -> Result<Tensor> {
-        let (n, lq, _) = query.dims3()?;
-        let q = self.split(&self.q_proj.forward(query)?)?.contiguous()?;
-        let mut k = self.split(&self.k_proj.forward(kv)?)?;
-        let mut v = self.split(&self.v_proj.forward(kv)?)?;
+        let p = &self.proj;
+        let mut k = p.keys(kv)?;
+        let mut v = p.values(kv)?;
         if let Some(pos) = pos {
-            let pos = self.split(pos)?;
+            let pos = p.split_heads(pos)?;
             k = (k + &pos)?;
             v = (v + &pos)?;
         }
-        let (k, v) = (k.contiguous()?, v.contiguous()?);
-        let logits = (q.matmul(&k.t()?.contiguous()?)? * self.scaling)?;
-        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
-        let out = weights
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((n, lq, self.num_heads * self.head_dim))?;
-        Ok(self.o_proj.forward(&out)?)
+        Ok(p.attend(&p.queries(query)?, &k, &v)?)
     }
 }
 
