@@ -6,15 +6,19 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-/// Number of worker threads for CPU kernels.
-fn threads() -> usize {
+/// Number of worker threads for CPU kernels (shared by every custom op of the crate).
+pub(crate) fn threads() -> usize {
     std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
 }
 
-/// Contiguous f32 slice of a storage, or an error naming `what`.
-fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
+/// Contiguous f32 slice of a storage, or an error naming `what` (shared by every custom op).
+pub(crate) fn f32_slice<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    what: &str,
+) -> Result<&'a [f32]> {
     let data = match storage {
         CpuStorage::F32(v) => v,
         _ => candle_core::bail!("{what} must be f32"),

@@ -8,6 +8,8 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
+use crate::kernels::{f32_slice, threads};
+
 /// Activation between the layers of a [`FeedForward`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
@@ -95,25 +97,6 @@ impl Module for LayerNorm {
 struct NormOp {
     dim: usize,
     eps: f64,
-}
-
-/// Contiguous f32 slice of a storage, or an error naming `what`.
-fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
-    let data = match storage {
-        CpuStorage::F32(v) => v,
-        _ => candle_core::bail!("layer norm: {what} must be f32"),
-    };
-    match layout.contiguous_offsets() {
-        Some((a, b)) => Ok(&data[a..b]),
-        None => candle_core::bail!("layer norm: {what} must be contiguous"),
-    }
-}
-
-/// Number of worker threads for CPU kernels.
-fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1)
 }
 
 /// Sum of `f64::from(f(v))` over `xs` in 8 independent lanes (vectorizes; no long dependency
@@ -209,9 +192,9 @@ impl CustomOp3 for NormOp {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, "input")?;
-        let w = f32_slice(s2, l2, "weight")?;
-        let b = f32_slice(s3, l3, "bias")?;
+        let x = f32_slice(s1, l1, "layer norm input")?;
+        let w = f32_slice(s2, l2, "layer norm weight")?;
+        let b = f32_slice(s3, l3, "layer norm bias")?;
         let dims = l1.shape().dims();
         let channels = dims.get(self.dim).copied().unwrap_or(0);
         if channels == 0 || w.len() != channels || b.len() != channels {

@@ -199,9 +199,7 @@ pub fn resize_rgb_u8(
 /// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over threads.
 fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let rows = buf.len() / row_len.max(1);
-    let threads = std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1);
+    let threads = crate::kernels::threads();
     let per = rows.div_ceil(threads).max(1);
     let f = &f;
     std::thread::scope(|scope| {

@@ -4,6 +4,8 @@
 //! convolution's weight and bias (computed in f64, stored f32): one op instead of four.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
+
+use crate::kernels::{f32_slice, threads};
 use candle_nn::VarBuilder;
 
 /// BatchNorm eps of every RepViT `ConvNorm` (torch's default).
@@ -174,14 +176,7 @@ impl FusedPointwise<'_> {
                 self.weight.len() / out_ch.max(1)
             );
         }
-        let x = match x {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("1x1 conv kernel expects f32 input"),
-        };
-        let x = match xl.contiguous_offsets() {
-            Some((a, b)) => &x[a..b],
-            None => candle_core::bail!("1x1 conv kernel expects a contiguous input"),
-        };
+        let x = f32_slice(x, xl, "1x1 conv input")?;
         let hw = h * w;
         let total = n * out_ch * hw;
         if let Some(r) = residual {
@@ -270,14 +265,7 @@ impl CustomOp2 for FusedPointwise<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let r = match s2 {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("1x1 conv residual must be f32"),
-        };
-        let r = match l2.contiguous_offsets() {
-            Some((a, b)) => &r[a..b],
-            None => candle_core::bail!("1x1 conv residual must be contiguous"),
-        };
+        let r = f32_slice(s2, l2, "1x1 conv residual")?;
         self.run(s1, l1, Some(r))
     }
 }
@@ -373,14 +361,7 @@ impl CustomOp1 for DenseOp<'_> {
         if c != d.in_ch {
             candle_core::bail!("dense conv has {} input channels, got {c}", d.in_ch);
         }
-        let x = match storage {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("dense conv kernel expects f32 input"),
-        };
-        let x = match layout.contiguous_offsets() {
-            Some((a, b)) => &x[a..b],
-            None => candle_core::bail!("dense conv kernel expects a contiguous input"),
-        };
+        let x = f32_slice(storage, layout, "dense conv input")?;
         let (k, s, p) = (d.k, d.stride, d.padding);
         let out_ch = d.host_bias.len();
         let kk = c * k * k;
@@ -394,10 +375,7 @@ impl CustomOp1 for DenseOp<'_> {
         }
         let chunks = hw.div_ceil(DENSE_CHUNK);
         let jobs = n * chunks;
-        let threads = std::thread::available_parallelism()
-            .map(|t| t.get())
-            .unwrap_or(1)
-            .clamp(1, jobs);
+        let threads = threads().clamp(1, jobs);
         // Threads write disjoint column ranges of `out`; the address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
         std::thread::scope(|scope| {

@@ -7,6 +7,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
+use crate::kernels::{f32_slice, threads};
+
 /// A depthwise `k x k` convolution with bias, square stride and zero padding.
 pub(crate) struct Depthwise {
     /// `[C, 1, k, k]`, used by the fallback path.
@@ -184,21 +186,11 @@ impl CustomOp1 for Kernel {
                 self.channels
             );
         }
-        let data = match storage {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("depthwise conv kernel expects f32 input"),
-        };
-        let data = match layout.contiguous_offsets() {
-            Some((a, b)) => &data[a..b],
-            None => candle_core::bail!("depthwise conv kernel expects a contiguous input"),
-        };
+        let data = f32_slice(storage, layout, "depthwise conv input")?;
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
         let mut out = vec![0f32; planes * oh * ow];
-        let threads = std::thread::available_parallelism()
-            .map(|t| t.get())
-            .unwrap_or(1)
-            .clamp(1, planes.max(1));
+        let threads = threads().clamp(1, planes.max(1));
         let per = planes.div_ceil(threads).max(1);
         #[cfg(target_arch = "x86_64")]
         let wide = std::arch::is_x86_feature_detected!("avx512f");

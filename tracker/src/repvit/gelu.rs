@@ -8,6 +8,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
+use crate::kernels::{f32_slice, threads};
+
 /// `x * 0.5 * (1 + erf(x / sqrt 2))`.
 pub(crate) fn gelu(x: &Tensor) -> candle_core::Result<Tensor> {
     if x.device().is_cpu() && x.dtype() == DType::F32 {
@@ -100,9 +102,7 @@ unsafe fn gelu_slice_avx2(data: &mut [f32]) {
 
 /// GELU applied in place, split over threads (the fused 1x1 conv's epilogue).
 pub(crate) fn gelu_in_place(data: &mut [f32]) {
-    let threads = std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1);
+    let threads = threads();
     let per = data.len().div_ceil(threads).max(1 << 14);
     std::thread::scope(|scope| {
         for chunk in data.chunks_mut(per) {
@@ -123,18 +123,9 @@ impl CustomOp1 for Gelu {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let data = match storage {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("gelu kernel expects f32 input"),
-        };
-        let data = match layout.contiguous_offsets() {
-            Some((a, b)) => &data[a..b],
-            None => candle_core::bail!("gelu kernel expects a contiguous input"),
-        };
+        let data = f32_slice(storage, layout, "gelu input")?;
         let mut out = vec![0f32; data.len()];
-        let threads = std::thread::available_parallelism()
-            .map(|t| t.get())
-            .unwrap_or(1);
+        let threads = threads();
         // Small tensors are not worth a thread.
         let per = data.len().div_ceil(threads).max(1 << 14);
         std::thread::scope(|scope| {
