@@ -41,6 +41,9 @@ pub enum Error {
     /// A frame or image does not match what its description says.
     #[error("invalid image: {0}")]
     InvalidImage(String),
+    /// The memory bank refused an operation (shapes, layout).
+    #[error(transparent)]
+    Memory(#[from] edgetam_memory_bank::Error),
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),

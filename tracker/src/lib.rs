@@ -1,4 +1,5 @@
-//! EdgeTAM on candle: the model, one module per stage, and (later) per-stream tracking state.
+//! EdgeTAM on candle: the model, one module per stage, and per-stream tracking state
+//! ([`Tracker`]).
 //!
 //! Every stage is checked against transformers' `EdgeTamVideoModel` on deterministic random
 //! weights (see `tools/reference/` and the tests). Functions take the [`candle_core::Device`]
@@ -25,6 +26,8 @@ pub mod prompt_encoder;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
+pub mod tracker;
+pub mod tracking_step;
 pub mod two_way_transformer;
 pub mod vision_neck;
 pub mod weights;
@@ -33,4 +36,7 @@ pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
+pub use tracker::{
+    FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
+};
 pub use weights::Weights;

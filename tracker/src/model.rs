@@ -15,26 +15,20 @@ use crate::error::{Error, Result};
 use crate::image_encoder::{ImageEncoder, ImageFeatures};
 use crate::layers::{Activation, FeedForward};
 use crate::mask_decoder::MaskDecoder;
+use crate::memory_attention::MemoryAttention;
+use crate::memory_encoder::MemoryEncoder;
 use crate::postprocess;
 use crate::preprocess;
 use crate::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
+use crate::spatial_perceiver::SpatialPerceiver;
 use crate::weights::Weights;
 
 /// Score the reference writes into every mask pixel of an object it judges absent.
 pub const NO_OBJECT_SCORE: f32 = -1024.0;
 
-/// Prefixes of tensors only the video path (memory encoder, perceiver, memory attention) reads.
-/// The single-frame model leaves them unread on purpose; anything else unread is an error.
-const VIDEO_ONLY_PREFIXES: &[&str] = &[
-    "memory_attention.",
-    "memory_encoder.",
-    "spatial_perceiver.",
-    "memory_temporal_positional_encoding",
-    "no_memory_positional_encoding",
-    "mask_downsample.",
-    "temporal_positional_encoding_projection_layer.",
-    "occlusion_spatial_embedding_parameter",
-];
+/// Tensors the reference holds but never reads (transformers keeps `no_memory_positional_encoding`
+/// for checkpoint compatibility). Anything else unread is an error.
+const UNUSED_PREFIXES: &[&str] = &["no_memory_positional_encoding"];
 
 /// A point prompt's label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +151,25 @@ pub struct ImageEmbedding {
     pub original_size: (usize, usize),
 }
 
+impl ImageEmbedding {
+    /// The raw stride-16 FPN level `[1, C, e, e]` (what memory attention and the memory encoder
+    /// read).
+    pub fn level2(&self) -> Result<&Tensor> {
+        self.features
+            .fpn
+            .last()
+            .ok_or_else(|| Error::InvalidImage("image features have no levels".into()))
+    }
+
+    /// The sine position encoding of [`Self::level2`].
+    pub fn level2_pos(&self) -> Result<&Tensor> {
+        self.features
+            .pos
+            .last()
+            .ok_or_else(|| Error::InvalidImage("image features have no positions".into()))
+    }
+}
+
 /// The decoder's answer for one prompt.
 pub struct Segmentation {
     /// Chosen low-resolution mask logits `[1,1,h,w]` (all `NO_OBJECT_SCORE` when absent).
@@ -210,6 +223,25 @@ pub struct EdgeTam {
     no_object_pointer: Tensor,
     /// Image-wide positional encoding of the decoder, computed once.
     dense_pe: Tensor,
+    pub(crate) video: VideoModules,
+}
+
+/// The parts only tracked frames use: memory encoder, perceiver, memory attention and the
+/// learned temporal encodings.
+pub(crate) struct VideoModules {
+    pub(crate) memory_encoder: MemoryEncoder,
+    pub(crate) spatial_perceiver: SpatialPerceiver,
+    pub(crate) memory_attention: MemoryAttention,
+    /// `memory_temporal_positional_encoding` as `[num_maskmem, mem_dim]`.
+    pub(crate) temporal_encoding: Tensor,
+    /// `temporal_positional_encoding_projection_layer` (only with
+    /// `enable_temporal_pos_encoding_for_object_pointers`).
+    pub(crate) pointer_temporal_projection: Option<candle_nn::Linear>,
+    /// `occlusion_spatial_embedding_parameter` `[1, mem_dim]` (only with
+    /// `enable_occlusion_spatial_embedding`).
+    pub(crate) occlusion_embedding: Option<Tensor>,
+    /// `mask_downsample`: 4x4 stride-4 conv turning a mask prompt into a decoder mask input.
+    pub(crate) mask_downsample: candle_nn::Conv2d,
 }
 
 impl EdgeTam {
@@ -235,7 +267,7 @@ impl EdgeTam {
             Error::Tensor(e) => weights.lift(e),
             other => other,
         })?;
-        weights.check_all_used_except(VIDEO_ONLY_PREFIXES)?;
+        weights.check_all_used_except(UNUSED_PREFIXES)?;
         Ok(model)
     }
 
@@ -264,6 +296,7 @@ impl EdgeTam {
         )?;
         let no_object_pointer = vb.get((1, hidden), "no_object_pointer")?;
         let dense_pe = image_pe.image_wide(config.embed_size())?;
+        let video = VideoModules::new(&config, &vb)?;
         Ok(Self {
             config,
             device: device.clone(),
@@ -275,6 +308,7 @@ impl EdgeTam {
             object_pointer_proj,
             no_object_pointer,
             dense_pe,
+            video,
         })
     }
 
@@ -366,58 +400,94 @@ impl EdgeTam {
         multimask: bool,
     ) -> Result<Segmentation> {
         let (sparse, dense) = self.prompt_encoder.embed(Some((coords, labels)), None)?;
+        self.decode_rows(image, &image.embed, &sparse, &dense, multimask)?
+            .pop()
+            .ok_or_else(|| Error::InvalidPrompt("decoder returned no mask".into()))
+    }
+
+    /// The mask decoder on `pix_feat` `[B|1, C, e, e]` for `B` prompt rows (`sparse`
+    /// `[B, 1, T, C]`), then per row what `_single_frame_forward` derives: the chosen mask
+    /// (argmax IoU with multimask), the no-object substitution and the object pointer.
+    pub fn decode_rows(
+        &self,
+        image: &ImageEmbedding,
+        pix_feat: &Tensor,
+        sparse: &Tensor,
+        dense: &Tensor,
+        multimask: bool,
+    ) -> Result<Vec<Segmentation>> {
         let out = self.mask_decoder.forward(
-            &image.embed,
+            pix_feat,
             &self.dense_pe,
-            &sparse,
-            &dense,
+            sparse,
+            dense,
             multimask,
             &image.features.feat_s0,
             &image.features.feat_s1,
         )?;
-        let object_score = out.object_score.flatten_all()?.to_vec1::<f32>()?;
-        let object_score = object_score.first().copied().unwrap_or(f32::NEG_INFINITY);
-        let iou_scores = out.iou.flatten_all()?.to_vec1::<f32>()?;
-        // Argmax of the predicted IoU picks among the candidates (first maximum, as torch).
-        let chosen = if multimask {
-            iou_scores
-                .iter()
-                .enumerate()
-                .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
-                    if v > best.1 {
-                        (i, v)
-                    } else {
-                        best
-                    }
-                })
-                .0
-        } else {
-            0
-        };
-        let present = object_score > 0.0;
-        let masks = out.masks.i((.., .., chosen..chosen + 1))?.squeeze(2)?;
-        let low_res_logits = if present {
-            masks
-        } else {
-            Tensor::full(NO_OBJECT_SCORE, masks.shape(), masks.device())?
-        };
-        // Without multimask the pointer comes from token 0 even when the stability fallback
-        // picked another mask (the decoder returns only token 0 then).
-        let token_index = if multimask { chosen } else { 0 };
-        let token = out.sam_tokens.i((.., .., token_index))?.reshape((1, ()))?;
-        let object_pointer = if present {
-            self.object_pointer_proj.forward(&token)?
-        } else {
-            self.no_object_pointer.clone()
-        };
-        Ok(Segmentation {
-            low_res_logits,
-            iou_scores,
-            chosen,
-            object_score,
-            object_pointer,
-            multimask,
-        })
+        let rows = out.masks.dim(0)?;
+        let scores = out.object_score.flatten_all()?.to_vec1::<f32>()?;
+        let ious = out.iou.flatten_all()?.to_vec1::<f32>()?;
+        let k = ious.len() / rows.max(1);
+        // The object pointers of all rows in one projection.
+        let tokens = out.sam_tokens.i((.., 0))?;
+        let mut result = Vec::with_capacity(rows);
+        let mut chosen_tokens = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let object_score = scores.get(r).copied().unwrap_or(f32::NEG_INFINITY);
+            let iou_scores = ious[r * k..(r + 1) * k].to_vec();
+            // Argmax of the predicted IoU picks among the candidates (first maximum, as torch).
+            let chosen = if multimask {
+                iou_scores
+                    .iter()
+                    .enumerate()
+                    .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
+                        if v > best.1 {
+                            (i, v)
+                        } else {
+                            best
+                        }
+                    })
+                    .0
+            } else {
+                0
+            };
+            // Without multimask the pointer comes from token 0 even when the stability fallback
+            // picked another mask (the decoder returns only token 0 then).
+            let token_index = if multimask { chosen } else { 0 };
+            chosen_tokens.push(tokens.i((r, token_index))?.unsqueeze(0)?);
+            let masks = out
+                .masks
+                .i((r..r + 1, .., chosen..chosen + 1))?
+                .squeeze(2)?;
+            let low_res_logits = if object_score > 0.0 {
+                masks
+            } else {
+                Tensor::full(NO_OBJECT_SCORE, masks.shape(), masks.device())?
+            };
+            result.push(Segmentation {
+                low_res_logits,
+                iou_scores,
+                chosen,
+                object_score,
+                object_pointer: self.no_object_pointer.clone(),
+                multimask,
+            });
+        }
+        let pointers = self
+            .object_pointer_proj
+            .forward(&Tensor::cat(&chosen_tokens, 0)?)?;
+        for (r, seg) in result.iter_mut().enumerate() {
+            if seg.object_score > 0.0 {
+                seg.object_pointer = pointers.i(r..r + 1)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// `no_object_pointer` `[1, C]`: the pointer of an absent object.
+    pub fn no_object_pointer(&self) -> &Tensor {
+        &self.no_object_pointer
     }
 
     /// Mask logits at the original image resolution `[1,1,H,W]` and the binary mask `[H,W]` (u8).
@@ -482,4 +552,51 @@ fn resolve_model_paths(path: &Path) -> Result<(Option<PathBuf>, PathBuf)> {
         return Ok((config, path.to_owned()));
     }
     Err(not_found("no such model file or directory"))
+}
+
+impl VideoModules {
+    fn new(config: &EdgeTamConfig, vb: &VarBuilder) -> Result<Self> {
+        let hidden = config.vision_config.fpn_hidden_size;
+        let mem_dim = config.memory_encoder_output_channels;
+        let temporal_encoding = vb
+            .get(
+                (config.num_maskmem, 1, 1, mem_dim),
+                "memory_temporal_positional_encoding",
+            )?
+            .reshape((config.num_maskmem, mem_dim))?;
+        let pointer_temporal_projection = if config.enable_temporal_pos_encoding_for_object_pointers
+        {
+            Some(candle_nn::linear(
+                hidden,
+                mem_dim,
+                vb.pp("temporal_positional_encoding_projection_layer"),
+            )?)
+        } else {
+            None
+        };
+        let occlusion_embedding = if config.enable_occlusion_spatial_embedding {
+            Some(vb.get((1, mem_dim), "occlusion_spatial_embedding_parameter")?)
+        } else {
+            None
+        };
+        let mask_downsample = candle_nn::conv2d(
+            1,
+            1,
+            4,
+            candle_nn::Conv2dConfig {
+                stride: 4,
+                ..Default::default()
+            },
+            vb.pp("mask_downsample"),
+        )?;
+        Ok(Self {
+            memory_encoder: MemoryEncoder::new(config, vb.pp("memory_encoder"))?,
+            spatial_perceiver: SpatialPerceiver::new(config, vb.pp("spatial_perceiver"))?,
+            memory_attention: MemoryAttention::new(config, vb.pp("memory_attention"))?,
+            temporal_encoding,
+            pointer_temporal_projection,
+            occlusion_embedding,
+            mask_downsample,
+        })
+    }
 }

@@ -120,3 +120,77 @@ mod tests {
         assert_eq!(t.l1, vec![0.5, 0.5]);
     }
 }
+
+/// Torch's antialiased bilinear resize of float data (`F.interpolate(mode="bilinear",
+/// align_corners=False, antialias=True)` on the CPU): a triangle filter widened by the scale
+/// when shrinking, taps renormalised at the borders; width pass first, then height, in f32.
+///
+/// The reference uses it to bring a mask prompt to the model size and to shrink a mask prompt
+/// to the low-resolution logits.
+pub fn resize_antialiased(
+    data: &[f32],
+    height: usize,
+    width: usize,
+    out_height: usize,
+    out_width: usize,
+) -> Result<Vec<f32>> {
+    if height == 0 || width == 0 || out_height == 0 || out_width == 0 {
+        return Err(Error::InvalidImage(format!(
+            "cannot resize {width}x{height} to {out_width}x{out_height}"
+        )));
+    }
+    if data.len() != height * width {
+        return Err(Error::InvalidImage(format!(
+            "{} values for a {width}x{height} plane",
+            data.len()
+        )));
+    }
+    let wx = aa_taps(width, out_width);
+    let mut tmp = vec![0f32; height * out_width];
+    for y in 0..height {
+        let row = &data[y * width..(y + 1) * width];
+        for (x, (start, w)) in wx.iter().enumerate() {
+            tmp[y * out_width + x] = w
+                .iter()
+                .enumerate()
+                .fold(0f32, |acc, (j, &wj)| acc + row[start + j] * wj);
+        }
+    }
+    let wy = aa_taps(height, out_height);
+    let mut out = vec![0f32; out_height * out_width];
+    for (y, (start, w)) in wy.iter().enumerate() {
+        for x in 0..out_width {
+            out[y * out_width + x] = w.iter().enumerate().fold(0f32, |acc, (j, &wj)| {
+                acc + tmp[(start + j) * out_width + x] * wj
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `_compute_index_ranges_weights` of torch's antialiased kernels (bilinear filter), in f32:
+/// per output index, the first input index and the normalised weights.
+fn aa_taps(in_size: usize, out_size: usize) -> Vec<(usize, Vec<f32>)> {
+    let scale = in_size as f32 / out_size as f32;
+    let support = if scale >= 1.0 { scale } else { 1.0 };
+    let invscale = if scale >= 1.0 { 1.0 / scale } else { 1.0 };
+    (0..out_size)
+        .map(|i| {
+            let center = scale * (i as f32 + 0.5);
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64).max(0) as usize;
+            let n = xmax.saturating_sub(xmin);
+            let mut w: Vec<f32> = (0..n)
+                .map(|j| {
+                    let x = ((j + xmin) as f32 - center + 0.5) * invscale;
+                    (1.0 - x.abs()).max(0.0)
+                })
+                .collect();
+            let total: f32 = w.iter().sum();
+            if total != 0.0 {
+                w.iter_mut().for_each(|v| *v /= total);
+            }
+            (xmin, w)
+        })
+        .collect()
+}

@@ -116,6 +116,11 @@ impl Axis {
     }
 }
 
+/// Checks that `rgb` holds a `width` x `height` RGB8 image.
+pub fn check_frame(rgb: &[u8], width: usize, height: usize) -> Result<()> {
+    check_image(rgb, width, height)
+}
+
 fn check_image(rgb: &[u8], width: usize, height: usize) -> Result<()> {
     if width == 0 || height == 0 {
         return Err(Error::InvalidImage(format!(
