@@ -485,6 +485,11 @@ impl EdgeTam {
         Ok(result)
     }
 
+    /// `object_pointer_proj` of decoder output tokens `[N, C]`: the pointers of present objects.
+    pub fn object_pointer(&self, tokens: &Tensor) -> Result<Tensor> {
+        Ok(self.object_pointer_proj.forward(tokens)?)
+    }
+
     /// `no_object_pointer` `[1, C]`: the pointer of an absent object.
     pub fn no_object_pointer(&self) -> &Tensor {
         &self.no_object_pointer

@@ -302,6 +302,18 @@ impl Tracker {
         self.override_mask = f;
     }
 
+    /// The memory object `obj_id` would read on the next frame (for parity checks).
+    #[doc(hidden)]
+    pub fn gather_for_next_frame(&self, obj_id: u32) -> Result<GatheredMemory> {
+        let o = self
+            .objects
+            .iter()
+            .find(|o| o.id == obj_id)
+            .ok_or_else(|| Error::InvalidPrompt(format!("no object {obj_id}")))?;
+        self.model
+            .gather_memory(&o.memory, &o.memory.select(self.next_frame))
+    }
+
     /// Tracks every object on the next frame, an RGB8 image (`width * height * 3` bytes).
     pub fn track(&mut self, rgb: &[u8], width: usize, height: usize) -> Result<FrameResult> {
         if self.objects.is_empty() {

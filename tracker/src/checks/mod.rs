@@ -7,6 +7,7 @@ pub mod decoder;
 pub mod frame;
 pub mod memory;
 pub mod memory_attention;
+pub mod sequence;
 pub mod vision;
 
 use crate::compare::Comparison;
