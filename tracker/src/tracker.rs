@@ -216,6 +216,19 @@ impl Tracker {
         self.current.as_ref().map(|c| c.index)
     }
 
+    /// Memory slots held by all objects (constant per object however long the stream runs).
+    pub fn memory_slots(&self) -> usize {
+        self.objects.iter().map(|o| o.memory.slot_count()).sum()
+    }
+
+    /// Bytes of preallocated memory-bank tensors held by all objects.
+    pub fn memory_bytes(&self) -> usize {
+        self.objects
+            .iter()
+            .map(|o| o.memory.allocated_bytes())
+            .sum()
+    }
+
     /// Ids of the objects, in output order.
     pub fn object_ids(&self) -> Vec<u32> {
         self.objects.iter().map(|o| o.id).collect()

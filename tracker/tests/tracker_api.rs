@@ -151,3 +151,26 @@ fn bad_prompts_and_frames_are_named_and_the_stream_goes_on() {
     assert!(Mask::new(4, 4, vec![0; 3]).is_err());
     assert!(tr.refresh().is_ok());
 }
+
+#[test]
+fn memory_stays_flat_over_a_long_stream() {
+    let mut tr = Tracker::new(model());
+    tr.add_prompt(1, 0, Prompt::from_box(18.0, 20.0, 44.0, 40.0))
+        .unwrap();
+    tr.add_prompt(2, 0, Prompt::from_box(50.0, 10.0, 90.0, 60.0))
+        .unwrap();
+    let (f, w, h) = frame(0);
+    tr.track(&f, w, h).unwrap();
+    let (slots, bytes) = (tr.memory_slots(), tr.memory_bytes());
+    // 2 objects x ((16 prompted + 6 recent) memories + (16 + 15) pointers).
+    assert_eq!(slots, 2 * ((16 + 6) + (16 + 15)));
+    for t in 1..40 {
+        let (f, w, h) = frame(t % 7);
+        tr.track(&f, w, h).unwrap();
+        assert_eq!(
+            (tr.memory_slots(), tr.memory_bytes()),
+            (slots, bytes),
+            "frame {t}"
+        );
+    }
+}
