@@ -1,5 +1,9 @@
 //! The `edgetam` command-line tool.
 
+// CLI-only modules (not part of the `edgetam` library).
+mod draw;
+mod track;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -26,6 +30,9 @@ struct Cli {
 enum Command {
     /// Segment one object in one image from a box and/or points.
     Segment(SegmentArgs),
+    /// Track objects through a folder of frames: mask PNGs, results.jsonl, overlays.
+    #[command(after_help = track::AFTER_HELP)]
+    Track(track::TrackArgs),
     /// Check every model stage against reference fixtures (exit status 1 on any failure).
     Check(CheckArgs),
 }
@@ -111,7 +118,12 @@ fn parse_box(s: &str) -> std::result::Result<[f32; 4], String> {
 }
 
 fn parse_point(s: &str) -> std::result::Result<Point, String> {
-    let [x, y, l] = parse_floats::<3>(s, "--point")?;
+    parse_point_as(s, "--point")
+}
+
+/// `x,y,label` with label 1 (object) or 0 (background); `what` names the flag in errors.
+fn parse_point_as(s: &str, what: &str) -> std::result::Result<Point, String> {
+    let [x, y, l] = parse_floats::<3>(s, what)?;
     let label = match l as i32 {
         1 if l == 1.0 => PointLabel::Positive,
         0 if l == 0.0 => PointLabel::Negative,
@@ -146,18 +158,29 @@ fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
     Ok(model)
 }
 
-fn read_rgb(path: &Path) -> Result<image::RgbImage> {
-    let img = image::ImageReader::open(path)
+/// A reader for the image at `path`, its format guessed from its content.
+fn open_image(path: &Path) -> Result<image::ImageReader<std::io::BufReader<std::fs::File>>> {
+    image::ImageReader::open(path)
         .with_context(|| format!("cannot open image {}", path.display()))?
         .with_guessed_format()
-        .with_context(|| format!("cannot read image {}", path.display()))?
-        .decode()
-        .with_context(|| {
-            format!(
-                "cannot decode image {} (PNG, JPEG or BMP expected)",
-                path.display()
-            )
-        })?;
+        .with_context(|| format!("cannot read image {}", path.display()))
+}
+
+/// Width and height of the image at `path`, read from its header.
+fn image_size(path: &Path) -> Result<(usize, usize)> {
+    let (w, h) = open_image(path)?
+        .into_dimensions()
+        .with_context(|| format!("cannot decode image {}", path.display()))?;
+    Ok((w as usize, h as usize))
+}
+
+fn read_rgb(path: &Path) -> Result<image::RgbImage> {
+    let img = open_image(path)?.decode().with_context(|| {
+        format!(
+            "cannot decode image {} (PNG, JPEG or BMP expected)",
+            path.display()
+        )
+    })?;
     Ok(img.to_rgb8())
 }
 
@@ -206,14 +229,7 @@ fn segment(args: SegmentArgs) -> Result<()> {
     let [mut t_pre, mut t_enc, mut t_dec] = times;
 
     let (area, bbox) = mask_area_and_box(&mask)?;
-    let png: Vec<u8> = mask_u8
-        .iter()
-        .map(|&m| if m != 0 { 255 } else { 0 })
-        .collect();
-    image::GrayImage::from_raw(w as u32, h as u32, png)
-        .context("mask buffer size")?
-        .save(&args.out)
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    save_mask_png(&args.out, w, h, &mask_u8)?;
     if let Some(path) = &args.overlay {
         draw_overlay(&img, &mask_u8, &prompt)
             .save(path)
@@ -253,49 +269,32 @@ fn segment(args: SegmentArgs) -> Result<()> {
     Ok(())
 }
 
+/// Writes a mask (row-major, nonzero = inside) as an 8-bit gray PNG, 255 inside.
+fn save_mask_png(path: &Path, width: usize, height: usize, mask: &[u8]) -> Result<()> {
+    let png: Vec<u8> = mask.iter().map(|&m| if m != 0 { 255 } else { 0 }).collect();
+    image::GrayImage::from_raw(width as u32, height as u32, png)
+        .context("mask buffer size")?
+        .save(path)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// The image with the mask tinted, the box outlined and the points marked.
 fn draw_overlay(img: &image::RgbImage, mask: &[u8], prompt: &Prompt) -> image::RgbImage {
     let mut out = img.clone();
-    let (w, h) = (img.width(), img.height());
-    for (i, px) in out.pixels_mut().enumerate() {
-        if mask.get(i).copied().unwrap_or(0) != 0 {
-            let tint = [30u8, 144, 255];
-            for c in 0..3 {
-                px[c] = ((px[c] as u16 + tint[c] as u16) / 2) as u8;
-            }
-        }
-    }
-    let mut put = |x: i64, y: i64, color: [u8; 3]| {
-        if x >= 0 && y >= 0 && (x as u32) < w && (y as u32) < h {
-            out.put_pixel(x as u32, y as u32, image::Rgb(color));
-        }
-    };
+    draw::tint(&mut out, mask, [30, 144, 255]);
     if let Some([x0, y0, x1, y1]) = prompt.bbox {
-        let (x0, y0, x1, y1) = (x0 as i64, y0 as i64, x1 as i64, y1 as i64);
-        for t in 0..2 {
-            for x in x0..=x1 {
-                put(x, y0 + t, [255, 215, 0]);
-                put(x, y1 - t, [255, 215, 0]);
-            }
-            for y in y0..=y1 {
-                put(x0 + t, y, [255, 215, 0]);
-                put(x1 - t, y, [255, 215, 0]);
-            }
-        }
+        draw::rect(
+            &mut out,
+            [x0 as i64, y0 as i64, x1 as i64, y1 as i64],
+            [255, 215, 0],
+        );
     }
     for p in &prompt.points {
         let color = match p.label {
             PointLabel::Positive => [0, 220, 0],
             PointLabel::Negative => [230, 0, 0],
         };
-        let (cx, cy) = (p.x as i64, p.y as i64);
-        for dy in -4i64..=4 {
-            for dx in -4i64..=4 {
-                if dx * dx + dy * dy <= 16 {
-                    put(cx + dx, cy + dy, color);
-                }
-            }
-        }
+        draw::dot(&mut out, p.x as i64, p.y as i64, color);
     }
     out
 }
@@ -340,6 +339,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Segment(args) => segment(args).map(|_| true),
+        Command::Track(args) => track::track(args).map(|_| true),
         Command::Check(args) => check(args),
     };
     match result {

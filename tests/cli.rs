@@ -192,3 +192,222 @@ fn check_fails_with_other_weights() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("[FAIL]"));
 }
+
+/// A folder of tiny frames: a red square moving right on a dark background, named so that only a
+/// numeric-aware sort gets the order right, plus a file that is not a frame and a broken frame.
+fn track_frames(name: &str) -> PathBuf {
+    let dir = tmp(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, file) in ["frame1.png", "frame2.png", "frame10.png"]
+        .iter()
+        .enumerate()
+    {
+        let x0 = 20 + 4 * i as u32;
+        let img = image::RgbImage::from_fn(96, 64, |x, y| {
+            if (x0..x0 + 30).contains(&x) && (15..45).contains(&y) {
+                image::Rgb([200, 50, 50])
+            } else {
+                image::Rgb([20, 20, 80])
+            }
+        });
+        img.save(dir.join(file)).unwrap();
+    }
+    std::fs::write(dir.join("notes.txt"), b"not a frame").unwrap();
+    std::fs::write(dir.join("frame3.png"), b"not a PNG").unwrap();
+    dir
+}
+
+fn sorted_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn track_writes_masks_overlays_results_and_logits() {
+    let frames = track_frames("track_frames");
+    let out = tmp("track_out");
+    let dump = tmp("track_dump.safetensors");
+    // Object 3 starts on frame 1 from a mask prompt.
+    let mask = tmp("track_mask.png");
+    image::GrayImage::from_fn(96, 64, |x, y| {
+        image::Luma([if (60..80).contains(&x) && (30..50).contains(&y) {
+            255
+        } else {
+            0
+        }])
+    })
+    .save(&mask)
+    .unwrap();
+    let mask_spec = format!("obj=3;frame=1;mask={}", mask.display());
+    let o = edgetam(&[
+        "track",
+        "--random-weights",
+        "--size",
+        "256",
+        "--frames",
+        frames.to_str().unwrap(),
+        "--prompt",
+        "obj=1;frame=0;box=20,15,50,45",
+        "--prompt",
+        "obj=2;frame=0;point=30,30,1;point=80,10,0",
+        "--prompt",
+        &mask_spec,
+        "--out",
+        out.to_str().unwrap(),
+        "--overlay",
+        "--dump-logits",
+        dump.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("meaningless"), "{err}");
+    // The broken frame (index 2 in natural order) is reported by name and skipped.
+    assert!(
+        err.contains("skipping frame 2 (frame3.png)"),
+        "must warn about the bad frame: {err}"
+    );
+    let summary = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        summary.contains("tracked 3 frames") && summary.contains("fps"),
+        "{summary}"
+    );
+
+    let expected_masks = [
+        "000000_obj1.png",
+        "000000_obj2.png",
+        "000001_obj1.png",
+        "000001_obj2.png",
+        "000001_obj3.png",
+        "000003_obj1.png",
+        "000003_obj2.png",
+        "000003_obj3.png",
+    ];
+    assert_eq!(sorted_names(&out.join("masks")), expected_masks);
+    for name in expected_masks {
+        let m = image::open(out.join("masks").join(name)).unwrap();
+        assert_eq!(m.color(), image::ColorType::L8);
+        assert_eq!((m.width(), m.height()), (96, 64));
+        assert!(m.to_luma8().pixels().all(|p| p[0] == 0 || p[0] == 255));
+    }
+    assert_eq!(
+        sorted_names(&out.join("overlay")),
+        ["000000.png", "000001.png", "000003.png"]
+    );
+
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = results
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8, "{results}");
+    let files = ["frame1.png", "frame2.png", "frame3.png", "frame10.png"];
+    for (l, name) in lines.iter().zip(expected_masks) {
+        let (f, obj) = (l["frame"].as_u64().unwrap(), l["object"].as_u64().unwrap());
+        assert_eq!(name, format!("{f:06}_obj{obj}.png"));
+        assert_eq!(l["file"], files[f as usize], "natural order: {l}");
+        let score = l["score"].as_f64().unwrap();
+        assert_eq!(l["visible"].as_bool().unwrap(), score > 0.0, "{l}");
+        let area = l["area"].as_u64().unwrap();
+        assert!(area <= 96 * 64);
+        match &l["box"] {
+            serde_json::Value::Null => assert_eq!(area, 0, "{l}"),
+            b => assert_eq!(b.as_array().unwrap().len(), 4, "{l}"),
+        }
+        let prompted = (f == 0 && obj < 3) || (f == 1 && obj == 3);
+        assert_eq!(l["prompted"].as_bool().unwrap(), prompted, "{l}");
+    }
+
+    let tensors = candle_core::safetensors::load(&dump, &candle_core::Device::Cpu).unwrap();
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let mut expected: Vec<String> = Vec::new();
+    for m in expected_masks {
+        let (f, o) = (&m[..6], &m[10..11]);
+        for what in ["lowres", "mask", "score"] {
+            expected.push(format!("f{f}/o{o}/{what}"));
+        }
+    }
+    expected.sort();
+    assert_eq!(names, expected.iter().collect::<Vec<_>>());
+    for (name, t) in &tensors {
+        let (dtype, dims): (candle_core::DType, &[usize]) = match name.rsplit('/').next() {
+            Some("lowres") => (candle_core::DType::F32, &[64, 64]),
+            Some("score") => (candle_core::DType::F32, &[1]),
+            _ => (candle_core::DType::U8, &[64, 96]),
+        };
+        assert_eq!((t.dtype(), t.dims()), (dtype, dims), "{name}");
+    }
+    // The dumped mask and score agree with the PNG and results.jsonl.
+    let bin = tensors["f000001/o3/mask"].flatten_all().unwrap();
+    let bin = bin.to_vec1::<u8>().unwrap();
+    assert!(bin.iter().all(|&v| v <= 1));
+    let png = image::open(out.join("masks/000001_obj3.png"))
+        .unwrap()
+        .to_luma8();
+    assert!(bin
+        .iter()
+        .zip(png.pixels())
+        .all(|(&b, p)| (b == 1) == (p[0] == 255)));
+    let score = tensors["f000001/o3/score"].to_vec1::<f32>().unwrap()[0];
+    assert_eq!(score as f64, lines[4]["score"].as_f64().unwrap());
+}
+
+/// Runs `edgetam track` on the test frames with one prompt per SPEC; returns stderr and asserts
+/// the clear-error exit status.
+fn track_error(frames: &str, specs: &[&str]) -> String {
+    let out = tmp("track_err_out");
+    let mut args = vec![
+        "track",
+        "--random-weights",
+        "--size",
+        "256",
+        "--frames",
+        frames,
+    ];
+    for s in specs {
+        args.extend(["--prompt", s]);
+    }
+    args.extend(["--out", out.to_str().unwrap()]);
+    let o = edgetam(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    stderr(&o)
+}
+
+#[test]
+fn track_rejects_bad_input_up_front() {
+    let frames = track_frames("track_err_frames");
+    let frames = frames.to_str().unwrap();
+    let e = track_error(frames, &["obj=1;frame=0;bx=1,2,3,4"]);
+    assert!(e.contains("`bx=1,2,3,4`"), "bad token must be named: {e}");
+    let e = track_error(frames, &["obj=1;frame=0;box=1,2,x,4"]);
+    assert!(e.contains("`box=1,2,x,4`"), "{e}");
+    let e = track_error(frames, &["obj=1;frame=0;point=5,5,7"]);
+    assert!(e.contains("label"), "{e}");
+    let e = track_error(frames, &["obj=1;frame=9;box=1,2,30,40"]);
+    assert!(e.contains("frame 9") && e.contains("4 frames"), "{e}");
+    let e = track_error(
+        frames,
+        &["obj=1;frame=0;box=1,2,30,40", "obj=1;point=5,5,1"],
+    );
+    assert!(e.contains("two prompts"), "{e}");
+    let e = track_error(frames, &["obj=1;frame=0;box=1,2,300,40"]);
+    assert!(e.contains("outside") && e.contains("frame1.png"), "{e}");
+    let e = track_error("no/such/frames", &["obj=1;box=1,2,30,40"]);
+    assert!(
+        e.contains("no/such/frames") && e.contains("does not exist"),
+        "{e}"
+    );
+    let empty = tmp("track_empty_frames");
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = track_error(empty.to_str().unwrap(), &["obj=1;box=1,2,30,40"]);
+    assert!(
+        e.contains(".png, .jpg, .jpeg"),
+        "must list the extensions: {e}"
+    );
+    // None of these got as far as loading the model.
+    assert!(!e.contains("meaningless"), "{e}");
+}

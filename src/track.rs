@@ -1,0 +1,559 @@
+//! `edgetam track`: tracks objects through a folder of frames with the streaming [`Tracker`].
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{self, File};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use clap::Args;
+use edgetam::tracker::{FrameResult, Mask, ObjectPrompt, Point, Prompt, Tracker};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::{
+    draw, image_size, load_model, open_image, parse_floats, parse_point_as, read_rgb,
+    save_mask_png, ModelArgs,
+};
+
+/// File extensions (any case) taken as frames.
+const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
+
+/// Extra `--help` text of `edgetam track`.
+pub const AFTER_HELP: &str = "\
+Frames are the .png, .jpg and .jpeg files (any case) in --frames, in natural name order (frame2 \
+before frame10); other files are ignored. Frame indices (frame= in a SPEC, names of the outputs) \
+count from 0 in that order.
+
+Outputs in --out: masks/{frame:06}_obj{O}.png (8-bit gray, 255 inside) for every frame and object \
+tracked on it (from the object's first prompt on); results.jsonl, one JSON object per frame and \
+object: {\"frame\",\"file\",\"object\",\"score\",\"visible\",\"box\" ([x0,y0,x1,y1] or null),\"area\",\
+\"prompted\"}; overlay/{frame:06}.png with --overlay.
+
+A frame file that cannot be read is reported and skipped, and the stream goes on (the tracker sees \
+the next readable frame as the next one); the exit status is then still 0, as long as at least one \
+frame was tracked. A prompt on a frame that cannot be read is an error. Errors exit with status 2.";
+
+#[derive(Args)]
+pub struct TrackArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Folder of frames: PNG/JPEG files, tracked in natural name order.
+    #[arg(long, value_name = "DIR")]
+    frames: PathBuf,
+    /// One object's prompt (repeatable, one object and frame per flag), coordinates in frame
+    /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;frame=0;point=x,y,1;point=x,y,0` (label 1
+    /// = object, 0 = background; a box and points can be combined) or `obj=3;frame=5;mask=PATH`
+    /// (a PNG the frame's size, nonzero = inside). `frame=` defaults to 0. Quote it in a shell.
+    #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = parse_prompt_spec)]
+    prompts: Vec<PromptSpec>,
+    /// Output folder (created): masks/, results.jsonl and, with --overlay, overlay/.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Also write overlay/{frame:06}.png: each object tinted its own color, its box outlined.
+    #[arg(long)]
+    overlay: bool,
+    /// Write every frame's decoder outputs to a safetensors file: `f{F:06}/o{O}/lowres` (f32
+    /// [h,w], the selected low-res mask logits), `f{F:06}/o{O}/score` (f32 [1], the object-score
+    /// logit), `f{F:06}/o{O}/mask` (u8 [H,W], 0/1 at the frame's resolution). They are kept in
+    /// memory until the end: about (size/4)^2 * 4 + H * W bytes per frame and object.
+    #[arg(long, value_name = "FILE")]
+    dump_logits: Option<PathBuf>,
+}
+
+/// One `--prompt` SPEC as parsed (the mask file is read once the frames are known).
+#[derive(Debug, Clone)]
+pub struct PromptSpec {
+    obj: u32,
+    frame: usize,
+    bbox: Option<[f32; 4]>,
+    points: Vec<Point>,
+    mask: Option<PathBuf>,
+}
+
+/// Sets `slot` unless a value is already there.
+fn set_once<T>(slot: &mut Option<T>, value: T, key: &str) -> std::result::Result<(), String> {
+    if slot.replace(value).is_some() {
+        return Err(format!("{key}= is given twice"));
+    }
+    Ok(())
+}
+
+fn parse_prompt_spec(s: &str) -> std::result::Result<PromptSpec, String> {
+    let (mut obj, mut frame, mut bbox, mut mask) = (None, None, None, None);
+    let mut points = Vec::new();
+    for token in s.split(';').map(str::trim).filter(|t| !t.is_empty()) {
+        let bad = |why: String| format!("bad token `{token}`: {why}");
+        let (key, value) = token.split_once('=').ok_or_else(|| {
+            bad("expected KEY=VALUE with KEY obj, frame, box, point or mask".into())
+        })?;
+        let value = value.trim();
+        match key.trim() {
+            "obj" => {
+                let id = value
+                    .parse::<u32>()
+                    .map_err(|_| bad("the object id must be a non-negative integer".into()))?;
+                set_once(&mut obj, id, "obj").map_err(bad)?;
+            }
+            "frame" => {
+                let f = value
+                    .parse::<usize>()
+                    .map_err(|_| bad("the frame index must be a non-negative integer".into()))?;
+                set_once(&mut frame, f, "frame").map_err(bad)?;
+            }
+            "box" => {
+                let b = parse_floats::<4>(value, "box").map_err(bad)?;
+                set_once(&mut bbox, b, "box").map_err(bad)?;
+            }
+            "point" => points.push(parse_point_as(value, "point").map_err(bad)?),
+            "mask" if value.is_empty() => return Err(bad("mask= needs a PNG file".into())),
+            "mask" => set_once(&mut mask, PathBuf::from(value), "mask").map_err(bad)?,
+            other => {
+                return Err(bad(format!(
+                    "unknown key `{other}` (expected obj, frame, box, point or mask)"
+                )))
+            }
+        }
+    }
+    let obj = obj.ok_or("missing obj=ID (e.g. `obj=1;frame=0;box=10,10,50,40`)")?;
+    if mask.is_some() && (bbox.is_some() || !points.is_empty()) {
+        return Err("mask= cannot be combined with box= or point= in one prompt".into());
+    }
+    if mask.is_none() && bbox.is_none() && points.is_empty() {
+        return Err(format!("object {obj} needs box=, point= or mask="));
+    }
+    Ok(PromptSpec {
+        obj,
+        frame: frame.unwrap_or(0),
+        bbox,
+        points,
+        mask,
+    })
+}
+
+/// Splits a name into runs of ASCII digits and runs of other characters.
+fn chunks(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut digits = None;
+    for (i, c) in s.char_indices() {
+        let d = c.is_ascii_digit();
+        if digits.is_some_and(|prev| prev != d) {
+            out.push(&s[start..i]);
+            start = i;
+        }
+        digits = Some(d);
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
+/// Natural order: digit runs compare as numbers (`frame2 < frame10`), the rest as text; ties
+/// (`frame01` vs `frame1`) fall back to plain text order.
+fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (ca, cb) = (chunks(a), chunks(b));
+    for (x, y) in ca.iter().zip(&cb) {
+        let numeric = |s: &str| s.starts_with(|c: char| c.is_ascii_digit());
+        let ord = if numeric(x) && numeric(y) {
+            let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+            x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+        } else {
+            x.cmp(y)
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    ca.len().cmp(&cb.len()).then_with(|| a.cmp(b))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The frame files of `dir`, in natural name order.
+fn list_frames(dir: &Path) -> Result<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        bail!(
+            "frames folder {} {}",
+            dir.display(),
+            if dir.exists() {
+                "is not a folder"
+            } else {
+                "does not exist"
+            }
+        );
+    }
+    let mut frames = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .path();
+        let is_frame = path.extension().is_some_and(|e| {
+            FRAME_EXTENSIONS
+                .iter()
+                .any(|x| e.eq_ignore_ascii_case(std::ffi::OsStr::new(x)))
+        });
+        if is_frame && path.is_file() {
+            frames.push(path);
+        }
+    }
+    if frames.is_empty() {
+        bail!(
+            "no frames in {}: expected PNG or JPEG files (.{})",
+            dir.display(),
+            FRAME_EXTENSIONS.join(", .")
+        );
+    }
+    frames.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
+    Ok(frames)
+}
+
+/// A mask prompt from a PNG the frame's size; nonzero = inside.
+fn read_mask(path: &Path, width: usize, height: usize) -> Result<Mask> {
+    let img = open_image(path)?
+        .decode()
+        .with_context(|| format!("cannot decode mask {}", path.display()))?
+        .to_luma8();
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    if (w, h) != (width, height) {
+        bail!(
+            "mask {} is {w}x{h} but its frame is {width}x{height}",
+            path.display()
+        );
+    }
+    let mask = Mask::new(w, h, img.into_raw())?;
+    if mask.area() == 0 {
+        bail!("mask {} is empty (no nonzero pixel)", path.display());
+    }
+    Ok(mask)
+}
+
+/// Prompts by frame index, checked against the frames (range, duplicates, coordinates, mask
+/// sizes) before the model is loaded.
+type FramePrompts = BTreeMap<usize, Vec<(u32, ObjectPrompt)>>;
+
+fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FramePrompts> {
+    let mut by_frame = FramePrompts::new();
+    for spec in specs {
+        let (o, f) = (spec.obj, spec.frame);
+        let Some(path) = frames.get(f) else {
+            bail!(
+                "the prompt for object {o} is on frame {f}, but the frames folder has {} frames \
+                 (0 to {})",
+                frames.len(),
+                frames.len() - 1
+            );
+        };
+        let on_frame = by_frame.entry(f).or_default();
+        if on_frame.iter().any(|(id, _)| *id == o) {
+            bail!(
+                "object {o} has two prompts on frame {f}: give its box and points in one --prompt"
+            );
+        }
+        let name = file_name(path);
+        let (w, h) = image_size(path)
+            .with_context(|| format!("frame {f} ({name}) carries the prompt for object {o}"))?;
+        let prompt = match &spec.mask {
+            Some(m) => ObjectPrompt::Mask(
+                read_mask(m, w, h).with_context(|| format!("object {o} on frame {f} ({name})"))?,
+            ),
+            None => {
+                let p = Prompt {
+                    bbox: spec.bbox,
+                    points: spec.points.clone(),
+                };
+                p.validate(w, h).with_context(|| {
+                    format!("the prompt for object {o} does not fit frame {f} ({name}, {w}x{h})")
+                })?;
+                ObjectPrompt::Points(p)
+            }
+        };
+        on_frame.push((o, prompt));
+    }
+    Ok(by_frame)
+}
+
+/// Overlay colors, by an object's position in the output (objects in order of first prompt).
+const PALETTE: [[u8; 3]; 10] = [
+    [30, 144, 255],
+    [255, 69, 0],
+    [50, 205, 50],
+    [255, 215, 0],
+    [186, 85, 211],
+    [0, 206, 209],
+    [255, 140, 0],
+    [255, 20, 147],
+    [154, 205, 50],
+    [160, 82, 45],
+];
+
+/// One line of results.jsonl.
+#[derive(Serialize)]
+struct Record<'a> {
+    frame: usize,
+    file: &'a str,
+    object: u32,
+    score: f32,
+    visible: bool,
+    #[serde(rename = "box")]
+    bbox: Option<[usize; 4]>,
+    area: usize,
+    prompted: bool,
+}
+
+/// Where a frame's results go.
+struct Outputs {
+    masks: PathBuf,
+    overlay: Option<PathBuf>,
+    results: BufWriter<File>,
+    dump: Option<HashMap<String, Tensor>>,
+}
+
+impl Outputs {
+    fn create(args: &TrackArgs) -> Result<Self> {
+        let masks = args.out.join("masks");
+        let overlay = args.overlay.then(|| args.out.join("overlay"));
+        for dir in std::iter::once(&masks).chain(&overlay) {
+            fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create folder {}", dir.display()))?;
+        }
+        if let Some(parent) = args.dump_logits.as_deref().and_then(Path::parent) {
+            if !parent.as_os_str().is_empty() && !parent.is_dir() {
+                bail!("--dump-logits: folder {} does not exist", parent.display());
+            }
+        }
+        let path = args.out.join("results.jsonl");
+        let file =
+            File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Self {
+            masks,
+            overlay,
+            results: BufWriter::new(file),
+            dump: args.dump_logits.as_ref().map(|_| HashMap::new()),
+        })
+    }
+
+    fn write(
+        &mut self,
+        f: usize,
+        name: &str,
+        img: &image::RgbImage,
+        r: &FrameResult,
+    ) -> Result<()> {
+        for o in &r.objects {
+            let mask = &o.mask;
+            let path = self.masks.join(format!("{f:06}_obj{}.png", o.id));
+            save_mask_png(&path, mask.width, mask.height, &mask.data)?;
+            let record = Record {
+                frame: f,
+                file: name,
+                object: o.id,
+                score: o.score,
+                visible: o.visible,
+                bbox: o.bbox,
+                area: o.area,
+                prompted: o.prompted,
+            };
+            serde_json::to_writer(&mut self.results, &record)?;
+            self.results.write_all(b"\n")?;
+            if let Some(dump) = &mut self.dump {
+                let key = |what: &str| format!("f{f:06}/o{}/{what}", o.id);
+                let lowres = o.low_res_logits.to_device(&Device::Cpu)?;
+                let (_, _, h, w) = lowres.dims4()?;
+                dump.insert(key("lowres"), lowres.to_dtype(DType::F32)?.reshape((h, w))?);
+                dump.insert(key("score"), Tensor::new(&[o.score], &Device::Cpu)?);
+                let bin =
+                    Tensor::from_vec(mask.data.clone(), (mask.height, mask.width), &Device::Cpu)?;
+                dump.insert(key("mask"), bin);
+            }
+        }
+        self.results.flush().context("cannot write results.jsonl")?;
+        if let Some(dir) = &self.overlay {
+            let mut out = img.clone();
+            for (o, color) in r.objects.iter().zip(PALETTE.iter().cycle()) {
+                draw::tint(&mut out, &o.mask.data, *color);
+            }
+            for (o, color) in r.objects.iter().zip(PALETTE.iter().cycle()) {
+                if let Some([x0, y0, x1, y1]) = o.bbox {
+                    draw::rect(&mut out, [x0, y0, x1, y1].map(|v| v as i64), *color);
+                }
+            }
+            let path = dir.join(format!("{f:06}.png"));
+            out.save(&path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+fn progress_bar(frames: usize) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let pb = ProgressBar::with_draw_target(Some(frames as u64), target);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {msg}") {
+        pb.set_style(style);
+    }
+    pb
+}
+
+/// `frame 12/300  3.4 fps  obj1 ✓ obj2 ✗`
+fn progress_message(
+    f: usize,
+    frames: usize,
+    recent: &VecDeque<Duration>,
+    r: &FrameResult,
+) -> String {
+    let secs: f64 = recent.iter().map(Duration::as_secs_f64).sum();
+    let fps = if secs > 0.0 {
+        recent.len() as f64 / secs
+    } else {
+        0.0
+    };
+    let mut msg = format!("frame {}/{frames}  {fps:.1} fps ", f + 1);
+    for o in &r.objects {
+        msg.push_str(&format!(
+            " obj{} {}",
+            o.id,
+            if o.visible { '✓' } else { '✗' }
+        ));
+    }
+    msg
+}
+
+pub fn track(args: TrackArgs) -> Result<()> {
+    let frames = list_frames(&args.frames)?;
+    let prompts = prepare_prompts(&args.prompts, &frames)?;
+    let mut outputs = Outputs::create(&args)?;
+    let model = Arc::new(load_model(&args.model)?);
+    let mut tracker = Tracker::new(model);
+
+    let pb = progress_bar(frames.len());
+    let mut recent: VecDeque<Duration> = VecDeque::with_capacity(10);
+    let (mut tracked, mut skipped) = (0usize, Vec::new());
+    let (mut busy, mut in_tracker) = (Duration::ZERO, Duration::ZERO);
+    for (f, path) in frames.iter().enumerate() {
+        let t0 = Instant::now();
+        let name = file_name(path);
+        let img = match read_rgb(path) {
+            Ok(img) => img,
+            Err(e) if !prompts.contains_key(&f) => {
+                pb.suspend(|| eprintln!("warning: skipping frame {f} ({name}): {e:#}"));
+                skipped.push(name);
+                pb.inc(1);
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("frame {f} ({name}) carries a prompt"))),
+        };
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let at = tracker.next_frame_index();
+        for (obj, prompt) in prompts.get(&f).into_iter().flatten() {
+            tracker
+                .add_prompt(*obj, at, prompt.clone())
+                .with_context(|| format!("object {obj} on frame {f} ({name})"))?;
+        }
+        let t1 = Instant::now();
+        let result = tracker
+            .track(img.as_raw(), w, h)
+            .with_context(|| format!("tracking frame {f} ({name})"))?;
+        in_tracker += t1.elapsed();
+        outputs.write(f, &name, &img, &result)?;
+        let dt = t0.elapsed();
+        busy += dt;
+        tracked += 1;
+        if recent.len() == 10 {
+            recent.pop_front();
+        }
+        recent.push_back(dt);
+        pb.set_message(progress_message(f, frames.len(), &recent, &result));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    if tracked == 0 {
+        bail!("no frame of {} could be read", args.frames.display());
+    }
+    if let (Some(path), Some(dump)) = (&args.dump_logits, &outputs.dump) {
+        candle_core::safetensors::save(dump, path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let ms = busy.as_secs_f64() * 1e3 / tracked as f64;
+    println!(
+        "tracked {tracked} frames, {} object(s): mean {ms:.1} ms/frame ({:.1} ms in the tracker), \
+         {:.2} fps; wrote {}{}",
+        tracker.object_ids().len(),
+        in_tracker.as_secs_f64() * 1e3 / tracked as f64,
+        1e3 / ms,
+        args.out.display(),
+        args.dump_logits
+            .as_ref()
+            .map(|p| format!(" and {}", p.display()))
+            .unwrap_or_default(),
+    );
+    if !skipped.is_empty() {
+        println!(
+            "skipped {} unreadable frame(s): {}",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut names = vec![
+            "frame10.png",
+            "frame2.png",
+            "frame1.png",
+            "a.png",
+            "frame02.png",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "a.png",
+                "frame1.png",
+                "frame02.png",
+                "frame2.png",
+                "frame10.png"
+            ]
+        );
+    }
+
+    #[test]
+    fn prompt_specs() {
+        let p = parse_prompt_spec("obj=2;frame=1;point=10,20,1; point=5,6,0").unwrap();
+        assert_eq!((p.obj, p.frame, p.points.len(), p.bbox), (2, 1, 2, None));
+        let p = parse_prompt_spec("obj=1;box=1,2,30,40").unwrap();
+        assert_eq!((p.frame, p.bbox), (0, Some([1., 2., 30., 40.])));
+        let e = parse_prompt_spec("obj=1;frame=0;bx=1,2,3,4").unwrap_err();
+        assert!(
+            e.contains("`bx=1,2,3,4`") && e.contains("unknown key"),
+            "{e}"
+        );
+        let e = parse_prompt_spec("obj=1;box=1,2,x,4").unwrap_err();
+        assert!(e.contains("`box=1,2,x,4`"), "{e}");
+        let e = parse_prompt_spec("obj=1;point=1,2,5").unwrap_err();
+        assert!(e.contains("label"), "{e}");
+        assert!(parse_prompt_spec("frame=0;box=1,2,3,4").is_err());
+        assert!(parse_prompt_spec("obj=1;mask=m.png;point=1,2,1").is_err());
+        assert!(parse_prompt_spec("obj=1;frame=0").is_err());
+    }
+}
