@@ -14,9 +14,10 @@
 //! * **object pointers**: the pointer of every conditioning frame `<= t` (offset `t - frame`),
 //!   then those of tracked frames `t-1 ..= t-(max_object_pointers-1)`, newest first.
 //!
-//! A tracked frame `f` is needed only while `t - f < max(num_maskmem, max_object_pointers)`, so
-//! tracked frames live in two rings indexed by `frame % ring_len` (a slot is overwritten exactly
-//! when its old frame can no longer be read). Conditioning frames come from user prompts and are
+//! A tracked frame `f` is read only while `t - f < num_maskmem` (memories) or
+//! `t - f < max_object_pointers` (pointers), where `t` is the frame being tracked or the current
+//! frame being re-run, so tracked frames live in two rings of those lengths indexed by
+//! `frame % ring_len`: a slot is overwritten exactly when its old frame can no longer be read. Conditioning frames come from user prompts and are
 //! kept, up to a fixed capacity; when it is full the oldest one is recycled.
 //!
 //! The bank only stores and selects: the temporal encodings themselves are model weights and are
@@ -87,14 +88,16 @@ impl BankLayout {
         Ok(())
     }
 
-    /// Tracked-frame spatial memory slots (`num_maskmem - 1`).
+    /// Tracked-frame spatial memory slots: the `num_maskmem - 1` frames a new frame reads,
+    /// plus the current frame's own, so that re-running the current frame (a prompt on it) still
+    /// finds the oldest of them.
     pub fn tracked_memory_slots(&self) -> usize {
-        self.num_maskmem - 1
+        self.num_maskmem
     }
 
-    /// Tracked-frame pointer slots (`max_object_pointers - 1`).
+    /// Tracked-frame pointer slots: `max_object_pointers - 1` read, plus the current frame's.
     pub fn tracked_pointer_slots(&self) -> usize {
-        self.max_object_pointers - 1
+        self.max_object_pointers
     }
 }
 

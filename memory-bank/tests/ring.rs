@@ -165,8 +165,8 @@ fn ten_thousand_frames_stay_flat() {
     let mut bank = ObjectMemory::new(l, DType::F32, &Device::Cpu).unwrap();
     let slots = bank.slot_count();
     let bytes = bank.allocated_bytes();
-    assert_eq!(slots, (4 + 6) + (4 + 15));
-    assert_eq!(bytes, 4 * ((4 + 6) * 3 * 2 * 2 + (4 + 15) * 4));
+    assert_eq!(slots, (4 + 7) + (4 + 16));
+    assert_eq!(bytes, 4 * ((4 + 7) * 3 * 2 * 2 + (4 + 16) * 4));
     store(&mut bank, 0, FrameKind::Conditioning);
     let mut prompts = vec![0u64];
     for t in 1..10_000u64 {
@@ -198,4 +198,23 @@ fn ten_thousand_frames_stay_flat() {
         assert_eq!(bank.slot_count(), slots);
         assert_eq!(bank.allocated_bytes(), bytes);
     }
+}
+
+/// A prompt on the current frame re-runs it after its own output is stored: it must still read
+/// the oldest of its six frames and fifteen pointers.
+#[test]
+fn re_running_the_current_frame_still_reads_its_whole_window() {
+    let l = layout();
+    let mut bank = ObjectMemory::new(l, DType::F32, &Device::Cpu).unwrap();
+    store(&mut bank, 0, FrameKind::Conditioning);
+    for f in 1..=20 {
+        store(&mut bank, f, FrameKind::Tracked);
+    }
+    let (mems, ptrs, _) = read(&bank, 20);
+    assert_eq!(
+        mems,
+        vec![(0, 0), (14, 6), (15, 5), (16, 4), (17, 3), (18, 2), (19, 1)]
+    );
+    assert_eq!(ptrs.len(), 1 + 15);
+    assert_eq!(ptrs.last(), Some(&(5, 15)));
 }

@@ -203,6 +203,8 @@ impl EdgeTam {
         seg.low_res_logits = low_res;
         seg.iou_scores = vec![1.0];
         seg.chosen = 0;
+        // The decoder ran only for the pointer; the output is the mask itself.
+        seg.multimask = false;
         seg.object_score = if appearing { 10.0 } else { -10.0 };
         Ok(seg)
     }

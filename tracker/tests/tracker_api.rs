@@ -162,8 +162,8 @@ fn memory_stays_flat_over_a_long_stream() {
     let (f, w, h) = frame(0);
     tr.track(&f, w, h).unwrap();
     let (slots, bytes) = (tr.memory_slots(), tr.memory_bytes());
-    // 2 objects x ((16 prompted + 6 recent) memories + (16 + 15) pointers).
-    assert_eq!(slots, 2 * ((16 + 6) + (16 + 15)));
+    // 2 objects x ((16 prompted + 7 recent) memories + (16 + 16) pointers).
+    assert_eq!(slots, 2 * ((16 + 7) + (16 + 16)));
     for t in 1..40 {
         let (f, w, h) = frame(t % 7);
         tr.track(&f, w, h).unwrap();
