@@ -33,7 +33,10 @@ fn store(bank: &mut ObjectMemory, frame: u64, kind: FrameKind) {
 }
 
 /// Frames read (first value of each gathered memory / pointer) with offsets.
-fn read(bank: &ObjectMemory, t: u64) -> (Vec<(u64, usize)>, Vec<(u64, u64)>, Selection) {
+/// (memory frame, offset) pairs, (pointer frame, offset) pairs and the raw selection.
+type Read = (Vec<(u64, usize)>, Vec<(u64, u64)>, Selection);
+
+fn read(bank: &ObjectMemory, t: u64) -> Read {
     let sel = bank.select(t);
     let mems = match bank.gather_memories(&sel).unwrap() {
         Some((m, p)) => {

@@ -98,29 +98,6 @@ impl LinearTaps {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn taps_match_torch_formula_for_upscale_by_two() {
-        // 2 -> 4: src = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (i0 = 1 = last, so i1 = 1).
-        let t = LinearTaps::new(2, 4);
-        assert_eq!(t.i0, vec![0, 0, 0, 1]);
-        assert_eq!(t.i1, vec![1, 1, 1, 1]);
-        assert_eq!(t.l1, vec![0.0, 0.25, 0.75, 0.25]);
-    }
-
-    #[test]
-    fn taps_downscale_skip_pixels() {
-        // 4 -> 2: src = 0.5, 2.5: plain averages of neighbours, no antialias.
-        let t = LinearTaps::new(4, 2);
-        assert_eq!(t.i0, vec![0, 2]);
-        assert_eq!(t.i1, vec![1, 3]);
-        assert_eq!(t.l1, vec![0.5, 0.5]);
-    }
-}
-
 /// Torch's antialiased bilinear resize of float data (`F.interpolate(mode="bilinear",
 /// align_corners=False, antialias=True)` on the CPU): a triangle filter widened by the scale
 /// when shrinking, taps renormalised at the borders; width pass first, then height, in f32.
@@ -193,4 +170,27 @@ fn aa_taps(in_size: usize, out_size: usize) -> Vec<(usize, Vec<f32>)> {
             (xmin, w)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taps_match_torch_formula_for_upscale_by_two() {
+        // 2 -> 4: src = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (i0 = 1 = last, so i1 = 1).
+        let t = LinearTaps::new(2, 4);
+        assert_eq!(t.i0, vec![0, 0, 0, 1]);
+        assert_eq!(t.i1, vec![1, 1, 1, 1]);
+        assert_eq!(t.l1, vec![0.0, 0.25, 0.75, 0.25]);
+    }
+
+    #[test]
+    fn taps_downscale_skip_pixels() {
+        // 4 -> 2: src = 0.5, 2.5: plain averages of neighbours, no antialias.
+        let t = LinearTaps::new(4, 2);
+        assert_eq!(t.i0, vec![0, 2]);
+        assert_eq!(t.i1, vec![1, 3]);
+        assert_eq!(t.l1, vec![0.5, 0.5]);
+    }
 }
