@@ -301,8 +301,7 @@ fn draw_overlay(img: &image::RgbImage, mask: &[u8], prompt: &Prompt) -> image::R
 
 fn check(args: CheckArgs) -> Result<bool> {
     let device = parse_device(&args.device)?;
-    let fx = Fixture::load(&args.fixtures, &device)
-        .with_context(|| format!("loading fixtures from {}", args.fixtures.display()))?;
+    let sequence = checks::sequence::is_sequence_fixture(&args.fixtures);
     let model_path = match args.model {
         Some(p) => p,
         None => args
@@ -313,15 +312,38 @@ fn check(args: CheckArgs) -> Result<bool> {
     };
     let weights = Weights::load(&model_path, &device)
         .with_context(|| format!("loading weights {}", model_path.display()))?;
-    println!(
-        "checking {} (image size {}) with {} on {}",
-        args.fixtures.display(),
-        fx.config.image_size,
-        model_path.display(),
-        args.device
-    );
     let t = Instant::now();
-    let reports = checks::run_all(&fx, &weights)?;
+    let reports = if sequence {
+        // A streaming session: replayed free-running, then with the reference's binarised
+        // memory inputs forced (plus the stage checks at its stage frame).
+        let fx = checks::sequence::SequenceFixture::load(&args.fixtures)
+            .with_context(|| format!("loading the sequence {}", args.fixtures.display()))?;
+        print_check_header(
+            &args.fixtures,
+            fx.config.image_size,
+            &model_path,
+            &args.device,
+        );
+        let model = std::sync::Arc::new(fx.model(&weights, &device)?);
+        let mut reports =
+            checks::sequence::run(&fx, model.clone(), checks::sequence::Mode::FreeRunning)?;
+        reports.extend(checks::sequence::run(
+            &fx,
+            model,
+            checks::sequence::Mode::Forced,
+        )?);
+        reports
+    } else {
+        let fx = Fixture::load(&args.fixtures, &device)
+            .with_context(|| format!("loading fixtures from {}", args.fixtures.display()))?;
+        print_check_header(
+            &args.fixtures,
+            fx.config.image_size,
+            &model_path,
+            &args.device,
+        );
+        checks::run_all(&fx, &weights)?
+    };
     let failed = reports.iter().filter(|r| !r.passed).count();
     for r in &reports {
         println!("{}", r.line());
@@ -333,6 +355,14 @@ fn check(args: CheckArgs) -> Result<bool> {
         t.elapsed().as_secs_f64()
     );
     Ok(failed == 0)
+}
+
+fn print_check_header(fixtures: &Path, image_size: usize, model: &Path, device: &str) {
+    println!(
+        "checking {} (image size {image_size}) with {} on {device}",
+        fixtures.display(),
+        model.display(),
+    );
 }
 
 fn main() -> ExitCode {
