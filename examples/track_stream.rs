@@ -3,8 +3,8 @@
 //!     cargo run --release --example track_stream -- (MODEL_DIR | --random) [FRAMES] [OBJECTS]
 //!
 //! Frames are synthetic 640x480 images with moving squares (a stand-in for a camera callback);
-//! object `k` gets a box on frame 0. Prints per frame the time and each object's score, area and
-//! box, then the median time per tracked frame.
+//! object `k` gets a box on frame 0. Prints per frame the time, the process RSS and each object's
+//! score, area and box, then the median time per tracked frame.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +30,18 @@ fn frame(t: usize, n: usize) -> Vec<u8> {
         }
     }
     rgb
+}
+
+/// Resident set size in MB (Linux `/proc/self/status`; 0 elsewhere): flat over a long stream.
+fn rss_mb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
 }
 
 fn main() -> Result<()> {
@@ -74,7 +86,11 @@ fn main() -> Result<()> {
                 )
             })
             .collect();
-        println!("frame {t:4}  {ms:8.1} ms  {}", objs.join(" | "));
+        println!(
+            "frame {t:4}  {ms:8.1} ms  rss {:6} MB  {}",
+            rss_mb(),
+            objs.join(" | ")
+        );
     }
     times.sort_by(f64::total_cmp);
     if let Some(m) = times.get(times.len() / 2) {
