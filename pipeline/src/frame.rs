@@ -209,8 +209,11 @@ impl<'a> Frame<'a> {
                     PixelFormat::Nv12 => luma.checked_add(plane(ch.max(1), s, w)?),
                     _ => {
                         let cs = s / 2;
-                        luma.checked_add(cs.checked_mul(ch)?)?
-                            .checked_add(plane(ch.max(1), cs, cw)?)
+                        luma.checked_add(cs.checked_mul(ch)?)?.checked_add(plane(
+                            ch.max(1),
+                            cs,
+                            cw,
+                        )?)
                     }
                 }
             }

@@ -54,7 +54,5 @@ pub mod async_pipeline;
 pub use async_pipeline::AsyncPipeline;
 pub use error::{Error, FrameError, Result};
 pub use frame::{Frame, PixelFormat};
-pub use pipeline::{
-    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, Results,
-};
+pub use pipeline::{DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, Results};
 pub use stats::{LatencySummary, StageTimings, Stats};

@@ -14,7 +14,7 @@ use edgetam_tracker::{
 
 use crate::error::{Error, Result};
 use crate::frame::Frame;
-use crate::stats::{Stats, StatsCollector, StageTimings};
+use crate::stats::{StageTimings, Stats, StatsCollector};
 
 /// Id of a pushed frame: 0, 1, 2, ... over every frame [`Pipeline::push`] accepted, dropped
 /// ones included (it does not restart on [`Pipeline::reset`]).
@@ -159,9 +159,12 @@ impl PipelineBuilder {
                 objects: HashSet::new(),
             };
             let (sh, out) = (shared.clone(), out_tx.clone());
-            threads.push(spawn("edgetam-encoder", shared.clone(), out_tx.clone(), move || {
-                producer.run(&sh, tx, &out)
-            })?);
+            threads.push(spawn(
+                "edgetam-encoder",
+                shared.clone(),
+                out_tx.clone(),
+                move || producer.run(&sh, tx, &out),
+            )?);
             let (sh, out) = (shared.clone(), out_tx.clone());
             let spawned = spawn("edgetam-tracker", shared.clone(), out_tx, move || {
                 stage.run_stage2(&sh, rx, &out)
@@ -178,9 +181,12 @@ impl PipelineBuilder {
             }
         } else {
             let (sh, out) = (shared.clone(), out_tx.clone());
-            threads.push(spawn("edgetam-tracker", shared.clone(), out_tx, move || {
-                stage.run_serial(&sh, &out)
-            })?);
+            threads.push(spawn(
+                "edgetam-tracker",
+                shared.clone(),
+                out_tx,
+                move || stage.run_serial(&sh, &out),
+            )?);
         }
         Ok(Pipeline {
             shared,
@@ -281,6 +287,7 @@ pub(crate) struct Shared {
 
 pub(crate) enum PushError {
     /// `Block` policy, queue full, and the caller does not want to wait: the frame back.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Full(Frame<'static>),
     Failed(Error),
 }
@@ -368,14 +375,14 @@ impl Shared {
             }
             match self.policy {
                 DropPolicy::Block if block => {
-                    s = self.not_full.wait(s).unwrap_or_else(PoisonError::into_inner);
+                    s = self
+                        .not_full
+                        .wait(s)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
                 DropPolicy::Block => return Err(PushError::Full(frame)),
                 DropPolicy::DropOldest => {
-                    let oldest = s
-                        .items
-                        .iter_mut()
-                        .find(|i| matches!(i, Item::Frame { .. }));
+                    let oldest = s.items.iter_mut().find(|i| matches!(i, Item::Frame { .. }));
                     if let Some(item) = oldest {
                         if let Item::Frame { id, frame, .. } = item {
                             let marker = Item::Dropped {
@@ -450,7 +457,10 @@ impl Shared {
             if s.finished {
                 return None;
             }
-            s = self.not_empty.wait(s).unwrap_or_else(PoisonError::into_inner);
+            s = self
+                .not_empty
+                .wait(s)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
@@ -495,7 +505,10 @@ fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant) -> Prepared {
     let (w, h, timestamp) = (frame.width(), frame.height(), frame.timestamp());
     let image = {
         let _span = tracing::info_span!("convert", frame = id).entered();
-        frame.into_rgb8().map(|rgb| (rgb, w, h)).map_err(Error::from)
+        frame
+            .into_rgb8()
+            .map(|rgb| (rgb, w, h))
+            .map_err(Error::from)
     };
     timings.convert = t.elapsed();
     Prepared {
@@ -509,7 +522,7 @@ fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant) -> Prepared {
 }
 
 enum Stage2 {
-    Frame(Prepared),
+    Frame(Box<Prepared>),
     Dropped(FrameId, Option<Duration>),
     Command(Command),
 }
@@ -552,7 +565,7 @@ impl Producer {
                             p.timings.encode = t.elapsed();
                         }
                     }
-                    Stage2::Frame(p)
+                    Stage2::Frame(Box::new(p))
                 }
             };
             if tx.send(next).is_err() {
@@ -600,7 +613,7 @@ impl TrackStage {
                     continue;
                 }
                 Stage2::Dropped(id, ts) => dropped_output(id, ts),
-                Stage2::Frame(p) => self.process(p),
+                Stage2::Frame(p) => self.process(*p),
             };
             if !shared.emit(out, o) {
                 break;
@@ -743,8 +756,7 @@ impl Pipeline {
     /// [`FrameOutput::command_errors`].
     pub fn add_prompt(&self, obj: u32, prompt: impl Into<ObjectPrompt>) -> Result<()> {
         let prompt = check_prompt(obj, prompt.into())?;
-        self.shared
-            .enqueue_command(Command::AddPrompt(obj, prompt))
+        self.shared.enqueue_command(Command::AddPrompt(obj, prompt))
     }
 
     /// Removes an object from the next frame on.
@@ -803,6 +815,13 @@ impl Pipeline {
         self.stats()
     }
 
+    /// Stops the workers without joining them.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn shared_cancel(&self) {
+        self.shared.cancel();
+    }
+
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn try_recv_msg(&self) -> std::result::Result<Msg, TryRecvError> {
         self.results.try_recv()
     }
@@ -824,10 +843,14 @@ impl Drop for Pipeline {
 /// Rejects prompts the tracker would reject whatever the frame.
 pub(crate) fn check_prompt(obj: u32, prompt: ObjectPrompt) -> Result<ObjectPrompt> {
     match &prompt {
-        ObjectPrompt::Points(p) if p.bbox.is_none() && p.points.is_empty() => Err(
-            Error::InvalidCommand(format!("object {obj}: a prompt needs a box, points or a mask")),
-        ),
-        ObjectPrompt::Mask(m) if m.width == 0 || m.height == 0 || m.data.len() != m.width * m.height => {
+        ObjectPrompt::Points(p) if p.bbox.is_none() && p.points.is_empty() => {
+            Err(Error::InvalidCommand(format!(
+                "object {obj}: a prompt needs a box, points or a mask"
+            )))
+        }
+        ObjectPrompt::Mask(m)
+            if m.width == 0 || m.height == 0 || m.data.len() != m.width * m.height =>
+        {
             Err(Error::InvalidCommand(format!(
                 "object {obj}: a {}x{} mask needs {} values, got {}",
                 m.width,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{fingerprint, frame, frame_sized, model, within, H, W};
-use edgetam_pipeline::{DropPolicy, Error, Frame, Outcome, PixelFormat, Pipeline};
+use edgetam_pipeline::{DropPolicy, Error, Frame, Outcome, Pipeline, PixelFormat};
 use edgetam_tracker::{Mask, ObjectPrompt, Point, PointLabel, Prompt, Tracker};
 
 /// What happens before frame `t` of the scripted sequence.
@@ -125,8 +125,14 @@ fn serial_and_encoder_ahead_match_the_tracker_byte_for_byte() {
     let serial = run_pipeline(false);
     let ahead = run_pipeline(true);
     for t in 0..FRAMES {
-        assert!(serial[t] == want[t], "serial differs from the tracker at frame {t}");
-        assert!(ahead[t] == want[t], "encoder-ahead differs from the tracker at frame {t}");
+        assert!(
+            serial[t] == want[t],
+            "serial differs from the tracker at frame {t}"
+        );
+        assert!(
+            ahead[t] == want[t],
+            "encoder-ahead differs from the tracker at frame {t}"
+        );
     }
 }
 
@@ -186,7 +192,11 @@ fn drop_oldest_drops_the_oldest_and_keeps_commands() {
         let out = drain(&g.p);
         let ids: Vec<u64> = out.iter().map(|o| o.id).collect();
         assert_eq!(ids, vec![0, 1, 2, 3, 4, 5]);
-        let dropped: Vec<u64> = out.iter().filter(|o| o.is_dropped()).map(|o| o.id).collect();
+        let dropped: Vec<u64> = out
+            .iter()
+            .filter(|o| o.is_dropped())
+            .map(|o| o.id)
+            .collect();
         assert_eq!(dropped, vec![1, 2, 3]);
         // The prompt queued between frames 2 and 3 applies to the next tracked frame, 4.
         let r4 = out[4].result().expect("frame 4");
@@ -211,7 +221,11 @@ fn drop_newest_drops_the_new_frames() {
         g.release.send(()).expect("release");
         let out = drain(&g.p);
         assert_eq!(out.len(), 7);
-        let kept: Vec<u64> = out.iter().filter(|o| !o.is_dropped()).map(|o| o.id).collect();
+        let kept: Vec<u64> = out
+            .iter()
+            .filter(|o| !o.is_dropped())
+            .map(|o| o.id)
+            .collect();
         assert_eq!(kept, vec![0, 1, 2]);
         let s = g.p.stats();
         assert_eq!((s.frames_in, s.frames_out, s.frames_dropped), (7, 3, 4));
@@ -240,7 +254,10 @@ fn block_waits_for_room_and_drops_nothing() {
         assert_eq!(done.recv_timeout(Duration::from_secs(60)).expect("push"), 3);
         pusher.join().expect("pusher");
         let out = drain(&g.p);
-        assert_eq!(out.iter().map(|o| o.id).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(
+            out.iter().map(|o| o.id).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
         assert!(out.iter().all(|o| o.result().is_some()));
         let s = g.p.stats();
         assert_eq!((s.frames_in, s.frames_out, s.frames_dropped), (4, 4, 0));
@@ -324,8 +341,13 @@ fn other_pixel_formats_are_converted() {
             .collect();
         p.push(Frame::new(bgra, W, H, PixelFormat::Bgra8))
             .expect("push");
-        p.push(Frame::new(vec![128u8; W * H * 3 / 2], W, H, PixelFormat::I420))
-            .expect("push");
+        p.push(Frame::new(
+            vec![128u8; W * H * 3 / 2],
+            W,
+            H,
+            PixelFormat::I420,
+        ))
+        .expect("push");
         let out = drain(&p);
         assert!(out.iter().all(|o| o.result().is_some()));
     });
@@ -406,7 +428,10 @@ fn recv_variants() {
             Err(Error::Timeout(_))
         ));
         p.push(Frame::rgb8(frame(0), W, H)).expect("push");
-        assert_eq!(p.recv_timeout(Duration::from_secs(30)).expect("result").id, 0);
+        assert_eq!(
+            p.recv_timeout(Duration::from_secs(30)).expect("result").id,
+            0
+        );
         p.finish();
         assert!(matches!(p.recv(), Err(Error::Closed)));
         assert!(matches!(p.try_recv(), Err(Error::Closed)));

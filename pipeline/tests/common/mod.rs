@@ -16,8 +16,8 @@ pub fn model() -> Arc<EdgeTam> {
     static MODEL: OnceLock<Arc<EdgeTam>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let cfg = EdgeTamConfig::from_file(fixtures().join("image_256/config.json"))
-                .expect("config");
+            let cfg =
+                EdgeTamConfig::from_file(fixtures().join("image_256/config.json")).expect("config");
             let w = Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu)
                 .expect("weights");
             Arc::new(EdgeTam::from_weights(cfg, &w, &Device::Cpu).expect("model"))
