@@ -20,7 +20,8 @@ enum Cmd {
 
 fn script(t: usize) -> Vec<Cmd> {
     match t {
-        0 => vec![Cmd::Add(1, Prompt::from_box(18.0, 20.0, 44.0, 40.0).into())],
+        // Frame 0 has no object (the tracker skips the encoder).
+        1 => vec![Cmd::Add(1, Prompt::from_box(18.0, 20.0, 44.0, 40.0).into())],
         2 => {
             let mut m = vec![0u8; W * H];
             m[10 * W + 10..10 * W + 30].fill(1);
@@ -48,7 +49,7 @@ fn script(t: usize) -> Vec<Cmd> {
     }
 }
 
-const FRAMES: usize = 7;
+const FRAMES: usize = 8;
 
 fn run_tracker() -> Vec<Vec<u8>> {
     let mut tr = Tracker::new(model());
@@ -72,11 +73,14 @@ fn run_tracker() -> Vec<Vec<u8>> {
 }
 
 fn run_pipeline(encoder_ahead: bool) -> Vec<Vec<u8>> {
-    let p = Pipeline::builder(model())
+    let mut b = Pipeline::builder(model())
         .encoder_ahead(encoder_ahead)
-        .queue_capacity(2)
-        .build()
-        .expect("pipeline");
+        .queue_capacity(2);
+    if encoder_ahead {
+        // Own rayon pools for both workers: results must not change.
+        b = b.threads(1);
+    }
+    let p = b.build().expect("pipeline");
     let mut out = Vec::new();
     let mut ids = Vec::new();
     std::thread::scope(|s| {
