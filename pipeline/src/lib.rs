@@ -38,7 +38,7 @@
 //!   to the next frame that is tracked.
 //! * A frame whose size differs from the previous one's resets tracking (with a
 //!   `tracing::warn!` and [`FrameOutput::resolution_changed`]); commands queued before it are
-//!   applied after that reset.
+//!   applied after that reset. [`ResolutionChange::Continue`] keeps tracking instead.
 //! * A worker panic reaches the caller as [`Error::WorkerFailed`] on `recv` (and on later
 //!   `push`es); it never hangs.
 
@@ -54,5 +54,7 @@ pub mod async_pipeline;
 pub use async_pipeline::AsyncPipeline;
 pub use error::{Error, FrameError, Result};
 pub use frame::{Frame, PixelFormat};
-pub use pipeline::{DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, Results};
+pub use pipeline::{
+    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
+};
 pub use stats::{LatencySummary, StageTimings, Stats};

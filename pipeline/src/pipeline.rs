@@ -32,6 +32,19 @@ pub enum DropPolicy {
     DropNewest,
 }
 
+/// What the pipeline does with a frame whose size differs from the previous frame's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResolutionChange {
+    /// Reset tracking before the frame (every object forgotten, frame numbering restarted),
+    /// with a `tracing::warn!`; commands queued before the frame apply after the reset. The
+    /// default: a camera that changes mode is a new scene.
+    #[default]
+    Reset,
+    /// Keep tracking, as a serially driven [`Tracker`] does (its memory does not depend on the
+    /// frame size; prompts are checked against the new size).
+    Continue,
+}
+
 /// What became of one frame.
 #[derive(Debug)]
 pub enum Outcome {
@@ -51,9 +64,9 @@ pub struct FrameOutput {
     /// The frame's timestamp, as pushed.
     pub timestamp: Option<Duration>,
     pub outcome: Outcome,
-    /// The frame's size differs from the previous frame's (since the last reset): tracking was
-    /// reset before it (every object forgotten, frame numbering restarted), then the commands
-    /// queued before it were applied.
+    /// The frame's size differs from the previous frame's (since the last reset). With
+    /// [`ResolutionChange::Reset`] (the default) tracking was reset before it (every object
+    /// forgotten, frame numbering restarted), then the commands queued before it were applied.
     pub resolution_changed: bool,
     /// Commands queued before this frame that the tracker rejected when they were applied
     /// (for instance a prompt outside the current frame).
@@ -88,10 +101,17 @@ pub struct PipelineBuilder {
     encoder_ahead: bool,
     threads: Option<usize>,
     tracker_options: TrackerOptions,
+    resolution_change: ResolutionChange,
     hook: Option<TrackHook>,
 }
 
 impl PipelineBuilder {
+    /// What a change of frame size mid-stream does (default [`ResolutionChange::Reset`]).
+    pub fn resolution_change(mut self, on_change: ResolutionChange) -> Self {
+        self.resolution_change = on_change;
+        self
+    }
+
     /// Frames the input queue holds before the [`DropPolicy`] applies (at least 1; default 4).
     /// Commands do not count and are never dropped.
     pub fn queue_capacity(mut self, n: usize) -> Self {
@@ -147,6 +167,7 @@ impl PipelineBuilder {
             tracker,
             pending: Vec::new(),
             last_size: None,
+            on_resize: self.resolution_change,
             hook: self.hook,
             pool: make_pool(self.threads)?,
         };
@@ -581,6 +602,7 @@ struct TrackStage {
     /// Commands received since the last frame; applied right before the next one.
     pending: Vec<Command>,
     last_size: Option<(usize, usize)>,
+    on_resize: ResolutionChange,
     hook: Option<TrackHook>,
     pool: Option<rayon::ThreadPool>,
 }
@@ -634,13 +656,15 @@ impl TrackStage {
             Ok((rgb, w, h)) => {
                 let resets = self.pending.iter().any(|c| matches!(c, Command::Reset));
                 if !resets && self.last_size.is_some_and(|s| s != (w, h)) {
-                    let (pw, ph) = self.last_size.unwrap_or_default();
-                    tracing::warn!(
-                        frame = p.id,
-                        "frame size changed from {pw}x{ph} to {w}x{h}: tracking reset"
-                    );
-                    self.tracker.reset();
                     resolution_changed = true;
+                    if self.on_resize == ResolutionChange::Reset {
+                        let (pw, ph) = self.last_size.unwrap_or_default();
+                        tracing::warn!(
+                            frame = p.id,
+                            "frame size changed from {pw}x{ph} to {w}x{h}: tracking reset"
+                        );
+                        self.tracker.reset();
+                    }
                 }
                 for c in self.pending.drain(..) {
                     match c {
@@ -731,6 +755,7 @@ impl Pipeline {
             encoder_ahead: false,
             threads: None,
             tracker_options: TrackerOptions::default(),
+            resolution_change: ResolutionChange::default(),
             hook: None,
         }
     }

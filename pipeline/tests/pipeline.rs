@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{fingerprint, frame, frame_sized, model, within, H, W};
-use edgetam_pipeline::{DropPolicy, Error, Frame, Outcome, Pipeline, PixelFormat};
+use edgetam_pipeline::{
+    DropPolicy, Error, Frame, Outcome, Pipeline, PixelFormat, ResolutionChange,
+};
 use edgetam_tracker::{Mask, ObjectPrompt, Point, PointLabel, Prompt, Tracker};
 
 /// What happens before frame `t` of the scripted sequence.
@@ -331,6 +333,26 @@ fn resolution_change_resets_tracking() {
         assert_eq!((r2.frame_index, r2.width, r2.height), (0, 64, 48));
         assert_eq!(r2.objects.iter().map(|o| o.id).collect::<Vec<_>>(), vec![5]);
         assert_eq!(out[3].result().expect("tracked").frame_index, 1);
+    });
+}
+
+#[test]
+fn resolution_change_can_keep_tracking() {
+    within(120, || {
+        let p = Pipeline::builder(model())
+            .resolution_change(ResolutionChange::Continue)
+            .build()
+            .expect("pipeline");
+        p.add_prompt(1, Prompt::from_box(18.0, 20.0, 44.0, 40.0))
+            .expect("prompt");
+        p.push(Frame::rgb8(frame(0), W, H)).expect("push");
+        p.push(Frame::rgb8(frame_sized(1, 64, 48), 64, 48))
+            .expect("push");
+        let out = drain(&p);
+        assert!(out[1].resolution_changed);
+        let r = out[1].result().expect("tracked");
+        assert_eq!((r.frame_index, r.width, r.height), (1, 64, 48));
+        assert!(r.objects.len() == 1 && !r.objects[0].prompted);
     });
 }
 
