@@ -737,6 +737,9 @@ impl TrackStage {
 /// A running pipeline. `push`, the commands and the `recv` family take `&self`: share it
 /// (e.g. in an [`Arc`]) between a camera thread and a consumer thread.
 ///
+/// Results wait in an unbounded queue until read (the input queue is what is bounded), so a
+/// caller that pushes and never reads holds every result in memory.
+///
 /// Dropping it (or [`Self::close`]) stops the workers after the frame they are on and joins
 /// them; queued frames are discarded. To process every queued frame, call [`Self::finish`] and
 /// read results until the iterator ends.
