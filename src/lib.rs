@@ -1,4 +1,5 @@
 //! edgetam: real-time EdgeTAM video object tracking in Rust.
 //!
 //! This facade re-exports the workspace crates; see the README for status of each part.
+pub use edgetam_pipeline as pipeline;
 pub use edgetam_tracker as tracker;

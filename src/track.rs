@@ -1,4 +1,5 @@
-//! `edgetam track`: tracks objects through a folder of frames with the streaming [`Tracker`].
+//! `edgetam track`: tracks objects through a folder of frames with the frame-queue pipeline (a
+//! streaming `Tracker` on a worker thread, optionally with the image encoder ahead on another).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::Args;
-use edgetam::tracker::{FrameResult, Mask, ObjectPrompt, Point, Prompt, Tracker};
+use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, ResolutionChange};
+use edgetam::tracker::{FrameResult, Mask, ObjectPrompt, Point, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -63,6 +65,30 @@ pub struct TrackArgs {
     /// memory until the end: about (size/4)^2 * 4 + H * W bytes per frame and object.
     #[arg(long, value_name = "FILE")]
     dump_logits: Option<PathBuf>,
+    /// Run the image encoder of the next frame on its own thread while the current one is
+    /// tracked. Outputs are byte-identical either way; it pays only with spare cores.
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = parse_on_off,
+          action = clap::ArgAction::Set)]
+    encoder_ahead: bool,
+    /// Frames read ahead into the pipeline's queue (reading waits when it is full).
+    #[arg(long = "queue", value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    queue: u64,
+}
+
+fn parse_on_off(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
+}
+
+/// A frame pushed into the pipeline, waiting for its result.
+struct InFlight {
+    f: usize,
+    name: String,
+    img: image::RgbImage,
 }
 
 /// One `--prompt` SPEC as parsed (the mask file is read once the frames are known).
@@ -438,14 +464,54 @@ pub fn track(args: TrackArgs) -> Result<()> {
     let prompts = prepare_prompts(&args.prompts, &frames)?;
     let mut outputs = Outputs::create(&args)?;
     let model = Arc::new(load_model(&args.model)?);
-    let mut tracker = Tracker::new(model);
+    let pipeline = Pipeline::builder(model)
+        .queue_capacity(usize::try_from(args.queue).unwrap_or(usize::MAX))
+        .drop_policy(DropPolicy::Block)
+        .encoder_ahead(args.encoder_ahead)
+        // Frames of another size go on being tracked, as by a serially driven tracker.
+        .resolution_change(ResolutionChange::Continue)
+        .build()?;
 
     let pb = progress_bar(frames.len());
     let mut recent: VecDeque<Duration> = VecDeque::with_capacity(10);
     let (mut tracked, mut skipped) = (0usize, Vec::new());
-    let (mut busy, mut in_tracker) = (Duration::ZERO, Duration::ZERO);
+    let mut in_tracker = Duration::ZERO;
+    let mut objects = 0;
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut last_done = Instant::now();
+    let start = last_done;
+    let mut handle = |r: edgetam::pipeline::FrameOutput,
+                      in_flight: &mut VecDeque<InFlight>|
+     -> Result<()> {
+        let Some(job) = in_flight.pop_front() else {
+            bail!("the pipeline returned a result for no frame");
+        };
+        let (f, name) = (job.f, &job.name);
+        if let Some(e) = r.command_errors.into_iter().next() {
+            return Err(anyhow::Error::new(e).context(format!("a prompt on frame {f} ({name})")));
+        }
+        let result = match r.outcome {
+            Outcome::Tracked(result) => result,
+            Outcome::Failed(e) => {
+                return Err(anyhow::Error::new(e).context(format!("tracking frame {f} ({name})")))
+            }
+            Outcome::Dropped => bail!("frame {f} ({name}) was dropped"),
+        };
+        in_tracker += r.timings.encode + r.timings.track;
+        outputs.write(f, name, &job.img, &result)?;
+        tracked += 1;
+        objects = result.objects.len();
+        let now = Instant::now();
+        if recent.len() == 10 {
+            recent.pop_front();
+        }
+        recent.push_back(now - last_done);
+        last_done = now;
+        pb.set_message(progress_message(f, frames.len(), &recent, &result));
+        pb.inc(1);
+        Ok(())
+    };
     for (f, path) in frames.iter().enumerate() {
-        let t0 = Instant::now();
         let name = file_name(path);
         let img = match read_rgb(path) {
             Ok(img) => img,
@@ -458,27 +524,22 @@ pub fn track(args: TrackArgs) -> Result<()> {
             Err(e) => return Err(e.context(format!("frame {f} ({name}) carries a prompt"))),
         };
         let (w, h) = (img.width() as usize, img.height() as usize);
-        let at = tracker.next_frame_index();
         for (obj, prompt) in prompts.get(&f).into_iter().flatten() {
-            tracker
-                .add_prompt(*obj, at, prompt.clone())
+            pipeline
+                .add_prompt(*obj, prompt.clone())
                 .with_context(|| format!("object {obj} on frame {f} ({name})"))?;
         }
-        let t1 = Instant::now();
-        let result = tracker
-            .track(img.as_raw(), w, h)
-            .with_context(|| format!("tracking frame {f} ({name})"))?;
-        in_tracker += t1.elapsed();
-        outputs.write(f, &name, &img, &result)?;
-        let dt = t0.elapsed();
-        busy += dt;
-        tracked += 1;
-        if recent.len() == 10 {
-            recent.pop_front();
+        pipeline
+            .push(Frame::rgb8(img.as_raw(), w, h))
+            .with_context(|| format!("frame {f} ({name})"))?;
+        in_flight.push_back(InFlight { f, name, img });
+        while let Some(r) = pipeline.try_recv()? {
+            handle(r, &mut in_flight)?;
         }
-        recent.push_back(dt);
-        pb.set_message(progress_message(f, frames.len(), &recent, &result));
-        pb.inc(1);
+    }
+    pipeline.finish();
+    for r in pipeline.results() {
+        handle(r?, &mut in_flight)?;
     }
     pb.finish_and_clear();
     if tracked == 0 {
@@ -488,11 +549,10 @@ pub fn track(args: TrackArgs) -> Result<()> {
         candle_core::safetensors::save(dump, path)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let ms = busy.as_secs_f64() * 1e3 / tracked as f64;
+    let ms = start.elapsed().as_secs_f64() * 1e3 / tracked as f64;
     println!(
-        "tracked {tracked} frames, {} object(s): mean {ms:.1} ms/frame ({:.1} ms in the tracker), \
-         {:.2} fps; wrote {}{}",
-        tracker.object_ids().len(),
+        "tracked {tracked} frames, {objects} object(s): mean {ms:.1} ms/frame ({:.1} ms in the \
+         tracker), {:.2} fps; wrote {}{}",
         in_tracker.as_secs_f64() * 1e3 / tracked as f64,
         1e3 / ms,
         args.out.display(),

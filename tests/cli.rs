@@ -356,6 +356,71 @@ fn track_writes_masks_overlays_results_and_logits() {
     assert_eq!(score as f64, lines[4]["score"].as_f64().unwrap());
 }
 
+/// `edgetam track` gives the same bytes with the encoder ahead on its own thread.
+#[test]
+fn track_encoder_ahead_is_byte_identical() {
+    let frames = track_frames("track_ahead_frames");
+    let run = |ahead: &str, queue: &str| {
+        let out = tmp(&format!("track_ahead_{ahead}_out"));
+        let dump = tmp(&format!("track_ahead_{ahead}.safetensors"));
+        let o = edgetam(&[
+            "track",
+            "--random-weights",
+            "--size",
+            "256",
+            "--frames",
+            frames.to_str().unwrap(),
+            "--prompt",
+            "obj=1;frame=0;box=20,15,50,45",
+            "--prompt",
+            "obj=2;frame=1;point=30,30,1;point=80,10,0",
+            "--out",
+            out.to_str().unwrap(),
+            "--dump-logits",
+            dump.to_str().unwrap(),
+            "--encoder-ahead",
+            ahead,
+            "--queue",
+            queue,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let results = std::fs::read(out.join("results.jsonl")).unwrap();
+        let mut masks = Vec::new();
+        for name in sorted_names(&out.join("masks")) {
+            masks.push((
+                name.clone(),
+                std::fs::read(out.join("masks").join(name)).unwrap(),
+            ));
+        }
+        let tensors = candle_core::safetensors::load(&dump, &candle_core::Device::Cpu).unwrap();
+        let mut dumped: Vec<(String, Vec<u8>)> = tensors
+            .iter()
+            .map(|(k, t)| {
+                let bytes = match t.dtype() {
+                    candle_core::DType::U8 => t.flatten_all().unwrap().to_vec1::<u8>().unwrap(),
+                    _ => t
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap()
+                        .iter()
+                        .flat_map(|v| v.to_bits().to_le_bytes())
+                        .collect(),
+                };
+                (k.clone(), bytes)
+            })
+            .collect();
+        dumped.sort();
+        (results, masks, dumped)
+    };
+    let off = run("off", "2");
+    let on = run("on", "1");
+    assert!(!off.1.is_empty() && !off.2.is_empty());
+    assert!(off.0 == on.0, "results.jsonl differs");
+    assert!(off.1 == on.1, "masks differ");
+    assert!(off.2 == on.2, "dumped logits differ");
+}
+
 /// Runs `edgetam track` on the test frames with one prompt per SPEC; returns stderr and asserts
 /// the clear-error exit status.
 fn track_error(frames: &str, specs: &[&str]) -> String {

@@ -1,4 +1,60 @@
-//! Frame-queue pipeline (blocking and async APIs, encoder-ahead producer thread).
+//! Frame-queue pipeline for EdgeTAM tracking: push frames (any common pixel format) from a
+//! camera thread, read results in push order from another, with a bounded input queue and a
+//! drop policy, prompts and other commands ordered with the frames, and optionally the image
+//! encoder of the next frame running on its own thread ("encoder-ahead").
 //!
-//! **Status: not implemented yet.** It builds on the streaming tracker of the video-tracking issue;
-//! until then this crate deliberately exports nothing.
+//! ```no_run
+//! use std::sync::Arc;
+//! use edgetam_pipeline::{DropPolicy, Frame, PixelFormat, Pipeline};
+//! use edgetam_tracker::{EdgeTam, Prompt};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = Arc::new(EdgeTam::load("/models/edgetam", &candle_core::Device::Cpu)?);
+//! let pipeline = Pipeline::builder(model)
+//!     .queue_capacity(2)
+//!     .drop_policy(DropPolicy::DropOldest)
+//!     .build()?;
+//! let (w, h) = (640, 480);
+//! let nv12 = vec![128u8; w * h * 3 / 2];
+//! pipeline.add_prompt(1, Prompt::from_box(100.0, 80.0, 300.0, 260.0))?; // applies to the next frame
+//! let id = pipeline.push(Frame::new(&nv12[..], w, h, PixelFormat::Nv12))?;
+//! let out = pipeline.recv()?;
+//! assert_eq!(out.id, id);
+//! if let Some(r) = out.result() {
+//!     for o in &r.objects {
+//!         println!("object {} area {} score {:.2}", o.id, o.area, o.score);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Semantics:
+//!
+//! * Results come out in push order, one per accepted frame (dropped frames included, marked
+//!   [`Outcome::Dropped`]). Frames rejected by `push` (bad layout) get no id.
+//! * A command (`add_prompt`, `remove_object`, `reset`) goes through the same queue as frames
+//!   and is never dropped: sent between frames k and k+1 it applies from frame k+1, exactly as
+//!   on a [`edgetam_tracker::Tracker`] driven serially. Commands before a dropped frame apply
+//!   to the next frame that is tracked.
+//! * A frame whose size differs from the previous one's resets tracking (with a
+//!   `tracing::warn!` and [`FrameOutput::resolution_changed`]); commands queued before it are
+//!   applied after that reset. [`ResolutionChange::Continue`] keeps tracking instead.
+//! * A worker panic reaches the caller as [`Error::WorkerFailed`] on `recv` (and on later
+//!   `push`es); it never hangs.
+
+pub mod error;
+pub mod frame;
+pub mod pipeline;
+pub mod stats;
+
+#[cfg(feature = "tokio")]
+pub mod async_pipeline;
+
+#[cfg(feature = "tokio")]
+pub use async_pipeline::AsyncPipeline;
+pub use error::{Error, FrameError, Result};
+pub use frame::{Frame, PixelFormat};
+pub use pipeline::{
+    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
+};
+pub use stats::{LatencySummary, StageTimings, Stats};
