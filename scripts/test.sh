@@ -5,11 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo fmt --all -- --check
-cargo clippy --release --workspace --all-targets -- -D warnings
+cargo clippy --release --workspace --all-targets --all-features -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --workspace 2>&1 | tee "$log"
+cargo test --release --workspace --all-features 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
