@@ -162,10 +162,27 @@ impl MemoryAttentionLayer {
         rope: (&AxialRope, &AxialRope),
         layout: KeyLayout,
     ) -> Result<Tensor> {
-        let (q_rope, k_rope) = rope;
+        let x = self.self_block(x, rope.0)?;
+        self.cross_block(&x, memory_key, memory, rope, layout)
+    }
+
+    /// The pre-norm self-attention with its residual: `x + self_attn(norm1(x))`.
+    fn self_block(&self, x: &Tensor, q_rope: &AxialRope) -> Result<Tensor> {
         let q = self.layer_norm1.forward(x)?;
-        let x = (x + self.self_attn.forward(&q, &q, &q, q_rope, k_rope, None)?)?;
-        let q = self.layer_norm2.forward(&x)?;
+        Ok((x + self.self_attn.forward(&q, &q, &q, q_rope, q_rope, None)?)?)
+    }
+
+    /// The cross-attention to the memory and the MLP, each with its residual.
+    fn cross_block(
+        &self,
+        x: &Tensor,
+        memory_key: &Tensor,
+        memory: &Tensor,
+        rope: (&AxialRope, &AxialRope),
+        layout: KeyLayout,
+    ) -> Result<Tensor> {
+        let (q_rope, k_rope) = rope;
+        let q = self.layer_norm2.forward(x)?;
         let update =
             self.cross_attn_image
                 .forward(&q, memory_key, memory, q_rope, k_rope, Some(layout))?;
@@ -319,7 +336,31 @@ impl MemoryAttention {
                 num_memories: num_spatial_memory_tokens,
             },
             None,
+            false,
         )
+    }
+
+    /// As [`Self::forward`] for a batch of objects tracked on the same frame: `current` and
+    /// `current_pos` are one row `[1, HW, hidden]` shared by every object of `memory`
+    /// (`[B, M, memory_dim]`). Returns `[B, HW, hidden]`.
+    ///
+    /// The first layer's self-attention only sees the frame's features, so it is the same for
+    /// every object: it runs once and its result is broadcast (exact, it saves a 4096 x 4096
+    /// attention and its projections per extra object).
+    pub fn forward_shared_current(
+        &self,
+        current: &Tensor,
+        current_pos: &Tensor,
+        memory: &Tensor,
+        memory_pos: &Tensor,
+        num_object_pointer_tokens: usize,
+        num_spatial_memory_tokens: usize,
+    ) -> Result<Tensor> {
+        let layout = KeyLayout {
+            num_excluded: num_object_pointer_tokens,
+            num_memories: num_spatial_memory_tokens,
+        };
+        self.run(current, current_pos, memory, memory_pos, layout, None, true)
     }
 
     /// As [`Self::forward`], also returning every layer's output.
@@ -343,6 +384,7 @@ impl MemoryAttention {
                 num_memories: num_spatial_memory_tokens,
             },
             Some(&mut layers),
+            false,
         )?;
         Ok(MemoryAttentionTrace { layers, output })
     }
@@ -355,8 +397,17 @@ impl MemoryAttention {
         memory_pos: &Tensor,
         layout: KeyLayout,
         mut trace: Option<&mut Vec<Tensor>>,
+        shared_current: bool,
     ) -> Result<Tensor> {
-        let (b, hw, c) = current.dims3()?;
+        let (cb, hw, c) = current.dims3()?;
+        // With `shared_current`, one row of features serves every object of the memory batch.
+        let b = if shared_current { memory.dim(0)? } else { cb };
+        if shared_current && cb != 1 {
+            return Err(invalid(format!(
+                "shared current features {:?} are not one row",
+                current.dims()
+            )));
+        }
         if c != self.hidden || hw != self.query_rope.len() {
             return Err(invalid(format!(
                 "current features {:?} are not [B, {}, {}] (the {:?} query grid)",
@@ -391,11 +442,22 @@ impl MemoryAttention {
         let mut x = (current + (current_pos * 0.1)?)?;
         let memory_key = (memory + memory_pos)?;
         let rope = (&self.query_rope, &self.key_rope);
-        for layer in &self.layers {
-            x = layer.forward(&x, &memory_key, memory, rope, layout)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = if shared_current && i == 0 {
+                // Same input for every object: self-attend once, then broadcast.
+                let shared = layer.self_block(&x, rope.0)?;
+                let shared = shared.broadcast_as((b, hw, c))?.contiguous()?;
+                layer.cross_block(&shared, &memory_key, memory, rope, layout)?
+            } else {
+                layer.forward(&x, &memory_key, memory, rope, layout)?
+            };
             if let Some(trace) = trace.as_deref_mut() {
                 trace.push(x.clone());
             }
+        }
+        if x.dim(0)? != b {
+            // A stack without layers never broadcast the shared row.
+            x = x.broadcast_as((b, hw, c))?.contiguous()?;
         }
         Ok(self.layer_norm.forward(&x)?)
     }
