@@ -139,7 +139,7 @@ impl CustomOp3 for FusedAttention {
         };
         std::thread::scope(|scope| {
             for _ in 1..workers {
-                scope.spawn(|| run());
+                scope.spawn(run);
             }
             run();
         });

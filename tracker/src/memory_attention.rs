@@ -329,8 +329,7 @@ impl MemoryAttention {
         self.run(
             current,
             current_pos,
-            memory,
-            memory_pos,
+            (memory, memory_pos),
             KeyLayout {
                 num_excluded: num_object_pointer_tokens,
                 num_memories: num_spatial_memory_tokens,
@@ -360,7 +359,14 @@ impl MemoryAttention {
             num_excluded: num_object_pointer_tokens,
             num_memories: num_spatial_memory_tokens,
         };
-        self.run(current, current_pos, memory, memory_pos, layout, None, true)
+        self.run(
+            current,
+            current_pos,
+            (memory, memory_pos),
+            layout,
+            None,
+            true,
+        )
     }
 
     /// As [`Self::forward`], also returning every layer's output.
@@ -377,8 +383,7 @@ impl MemoryAttention {
         let output = self.run(
             current,
             current_pos,
-            memory,
-            memory_pos,
+            (memory, memory_pos),
             KeyLayout {
                 num_excluded: num_object_pointer_tokens,
                 num_memories: num_spatial_memory_tokens,
@@ -393,8 +398,7 @@ impl MemoryAttention {
         &self,
         current: &Tensor,
         current_pos: &Tensor,
-        memory: &Tensor,
-        memory_pos: &Tensor,
+        (memory, memory_pos): (&Tensor, &Tensor),
         layout: KeyLayout,
         mut trace: Option<&mut Vec<Tensor>>,
         shared_current: bool,
@@ -460,5 +464,50 @@ impl MemoryAttention {
             x = x.broadcast_as((b, hw, c))?.contiguous()?;
         }
         Ok(self.layer_norm.forward(&x)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    /// Sharing layer 0's self-attention across objects gives what the broadcast batch gives.
+    #[test]
+    fn shared_current_matches_broadcast_batch() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = EdgeTamConfig::default();
+        let vb = crate::weights::random_var_builder(7, &dev);
+        let attention = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        let (hw, c) = (attention.query_rope.len(), attention.hidden);
+        let (b, n_mem, n_ptr) = (3, 2, 16);
+        let m = n_mem * 512 + n_ptr;
+        let current = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let current_pos = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let memory = Tensor::randn(0f32, 1.0, (b, m, attention.memory_dim), &dev)?;
+        let memory_pos = Tensor::randn(0f32, 1.0, (b, m, attention.memory_dim), &dev)?;
+        let shared = attention.forward_shared_current(
+            &current,
+            &current_pos,
+            &memory,
+            &memory_pos,
+            n_ptr,
+            n_mem,
+        )?;
+        let expand = |t: &Tensor| t.broadcast_as((b, hw, c))?.contiguous();
+        let batch = attention.forward(
+            &expand(&current)?,
+            &expand(&current_pos)?,
+            &memory,
+            &memory_pos,
+            n_ptr,
+            n_mem,
+        )?;
+        assert_eq!(shared.dims(), batch.dims());
+        let diff = (&shared - &batch)?.sqr()?.sum_all()?.to_dtype(DType::F64)?;
+        let norm = batch.sqr()?.sum_all()?.to_dtype(DType::F64)?;
+        let rel = (diff.to_scalar::<f64>()? / norm.to_scalar::<f64>()?).sqrt();
+        assert!(rel <= 1e-6, "rel L2 {rel:e}");
+        Ok(())
     }
 }
