@@ -466,11 +466,9 @@ impl HeadProjections {
     /// `softmax(q k^T * scale) v`, heads merged, output projection: `[N, Lq, q_in]`.
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         let (n, _, lq, _) = q.dims4()?;
-        // Scale after the product, softmax in f32: the reference's (eager) order. The matmul
-        // reads the transposed keys in place (no copy).
-        let logits = (q.matmul(&k.t()?)? * self.scaling)?;
-        let weights = candle_nn::ops::softmax_last_dim(&logits)?;
-        let out = weights.matmul(v)?; // [N, heads, Lq, head_dim]
+        // Scale after the product, softmax in f32: the reference's (eager) order; on CPU f32 a
+        // fused kernel that never materialises the `Lq x Lk` scores.
+        let out = crate::attention::scaled_dot_product(q, k, v, self.scaling)?; // [N, heads, Lq, head_dim]
         let out =
             out.transpose(1, 2)?
                 .contiguous()?

@@ -5,6 +5,7 @@
 //! weights (see `tools/reference/` and the tests). Functions take the [`candle_core::Device`]
 //! their tensors live on, so the CPU and CUDA paths share this code.
 
+pub mod attention;
 pub mod checks;
 pub mod compare;
 pub mod config;

@@ -162,10 +162,27 @@ impl MemoryAttentionLayer {
         rope: (&AxialRope, &AxialRope),
         layout: KeyLayout,
     ) -> Result<Tensor> {
-        let (q_rope, k_rope) = rope;
+        let x = self.self_block(x, rope.0)?;
+        self.cross_block(&x, memory_key, memory, rope, layout)
+    }
+
+    /// The pre-norm self-attention with its residual: `x + self_attn(norm1(x))`.
+    fn self_block(&self, x: &Tensor, q_rope: &AxialRope) -> Result<Tensor> {
         let q = self.layer_norm1.forward(x)?;
-        let x = (x + self.self_attn.forward(&q, &q, &q, q_rope, k_rope, None)?)?;
-        let q = self.layer_norm2.forward(&x)?;
+        Ok((x + self.self_attn.forward(&q, &q, &q, q_rope, q_rope, None)?)?)
+    }
+
+    /// The cross-attention to the memory and the MLP, each with its residual.
+    fn cross_block(
+        &self,
+        x: &Tensor,
+        memory_key: &Tensor,
+        memory: &Tensor,
+        rope: (&AxialRope, &AxialRope),
+        layout: KeyLayout,
+    ) -> Result<Tensor> {
+        let (q_rope, k_rope) = rope;
+        let q = self.layer_norm2.forward(x)?;
         let update =
             self.cross_attn_image
                 .forward(&q, memory_key, memory, q_rope, k_rope, Some(layout))?;
@@ -312,13 +329,43 @@ impl MemoryAttention {
         self.run(
             current,
             current_pos,
-            memory,
-            memory_pos,
+            (memory, memory_pos),
             KeyLayout {
                 num_excluded: num_object_pointer_tokens,
                 num_memories: num_spatial_memory_tokens,
             },
             None,
+            false,
+        )
+    }
+
+    /// As [`Self::forward`] for a batch of objects tracked on the same frame: `current` and
+    /// `current_pos` are one row `[1, HW, hidden]` shared by every object of `memory`
+    /// (`[B, M, memory_dim]`). Returns `[B, HW, hidden]`.
+    ///
+    /// The first layer's self-attention only sees the frame's features, so it is the same for
+    /// every object: it runs once and its result is broadcast (exact, it saves a 4096 x 4096
+    /// attention and its projections per extra object).
+    pub fn forward_shared_current(
+        &self,
+        current: &Tensor,
+        current_pos: &Tensor,
+        memory: &Tensor,
+        memory_pos: &Tensor,
+        num_object_pointer_tokens: usize,
+        num_spatial_memory_tokens: usize,
+    ) -> Result<Tensor> {
+        let layout = KeyLayout {
+            num_excluded: num_object_pointer_tokens,
+            num_memories: num_spatial_memory_tokens,
+        };
+        self.run(
+            current,
+            current_pos,
+            (memory, memory_pos),
+            layout,
+            None,
+            true,
         )
     }
 
@@ -336,13 +383,13 @@ impl MemoryAttention {
         let output = self.run(
             current,
             current_pos,
-            memory,
-            memory_pos,
+            (memory, memory_pos),
             KeyLayout {
                 num_excluded: num_object_pointer_tokens,
                 num_memories: num_spatial_memory_tokens,
             },
             Some(&mut layers),
+            false,
         )?;
         Ok(MemoryAttentionTrace { layers, output })
     }
@@ -351,12 +398,20 @@ impl MemoryAttention {
         &self,
         current: &Tensor,
         current_pos: &Tensor,
-        memory: &Tensor,
-        memory_pos: &Tensor,
+        (memory, memory_pos): (&Tensor, &Tensor),
         layout: KeyLayout,
         mut trace: Option<&mut Vec<Tensor>>,
+        shared_current: bool,
     ) -> Result<Tensor> {
-        let (b, hw, c) = current.dims3()?;
+        let (cb, hw, c) = current.dims3()?;
+        // With `shared_current`, one row of features serves every object of the memory batch.
+        let b = if shared_current { memory.dim(0)? } else { cb };
+        if shared_current && cb != 1 {
+            return Err(invalid(format!(
+                "shared current features {:?} are not one row",
+                current.dims()
+            )));
+        }
         if c != self.hidden || hw != self.query_rope.len() {
             return Err(invalid(format!(
                 "current features {:?} are not [B, {}, {}] (the {:?} query grid)",
@@ -391,12 +446,68 @@ impl MemoryAttention {
         let mut x = (current + (current_pos * 0.1)?)?;
         let memory_key = (memory + memory_pos)?;
         let rope = (&self.query_rope, &self.key_rope);
-        for layer in &self.layers {
-            x = layer.forward(&x, &memory_key, memory, rope, layout)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = if shared_current && i == 0 {
+                // Same input for every object: self-attend once, then broadcast.
+                let shared = layer.self_block(&x, rope.0)?;
+                let shared = shared.broadcast_as((b, hw, c))?.contiguous()?;
+                layer.cross_block(&shared, &memory_key, memory, rope, layout)?
+            } else {
+                layer.forward(&x, &memory_key, memory, rope, layout)?
+            };
             if let Some(trace) = trace.as_deref_mut() {
                 trace.push(x.clone());
             }
         }
+        if x.dim(0)? != b {
+            // A stack without layers never broadcast the shared row.
+            x = x.broadcast_as((b, hw, c))?.contiguous()?;
+        }
         Ok(self.layer_norm.forward(&x)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    /// Sharing layer 0's self-attention across objects gives what the broadcast batch gives.
+    #[test]
+    fn shared_current_matches_broadcast_batch() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = EdgeTamConfig::default();
+        let vb = crate::weights::random_var_builder(7, &dev);
+        let attention = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        let (hw, c) = (attention.query_rope.len(), attention.hidden);
+        let (b, n_mem, n_ptr) = (3, 2, 16);
+        let m = n_mem * 512 + n_ptr;
+        let current = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let current_pos = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let memory = Tensor::randn(0f32, 1.0, (b, m, attention.memory_dim), &dev)?;
+        let memory_pos = Tensor::randn(0f32, 1.0, (b, m, attention.memory_dim), &dev)?;
+        let shared = attention.forward_shared_current(
+            &current,
+            &current_pos,
+            &memory,
+            &memory_pos,
+            n_ptr,
+            n_mem,
+        )?;
+        let expand = |t: &Tensor| t.broadcast_as((b, hw, c))?.contiguous();
+        let batch = attention.forward(
+            &expand(&current)?,
+            &expand(&current_pos)?,
+            &memory,
+            &memory_pos,
+            n_ptr,
+            n_mem,
+        )?;
+        assert_eq!(shared.dims(), batch.dims());
+        let diff = (&shared - &batch)?.sqr()?.sum_all()?.to_dtype(DType::F64)?;
+        let norm = batch.sqr()?.sum_all()?.to_dtype(DType::F64)?;
+        let rel = (diff.to_scalar::<f64>()? / norm.to_scalar::<f64>()?).sqrt();
+        assert!(rel <= 1e-6, "rel L2 {rel:e}");
+        Ok(())
     }
 }

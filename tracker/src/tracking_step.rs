@@ -122,10 +122,7 @@ impl EdgeTam {
         let pos2 = image.level2_pos()?;
         let (_, c, h, w) = level2.dims4()?;
         let tokens = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.flatten_from(2)?
-                .transpose(1, 2)?
-                .broadcast_as((b, h * w, c))?
-                .contiguous()?)
+            Ok(t.flatten_from(2)?.transpose(1, 2)?.contiguous()?)
         };
         let current = tokens(level2)?;
         let current_pos = tokens(pos2)?;
@@ -134,14 +131,31 @@ impl EdgeTam {
             &gathered.iter().map(|g| &g.memory_pos).collect::<Vec<_>>(),
             0,
         )?;
-        let out = self.video.memory_attention.forward(
-            &current,
-            &current_pos,
-            &memory,
-            &memory_pos,
-            first.num_pointer_tokens,
-            first.num_spatial_memories,
-        )?;
+        let (n_ptr, n_mem) = (first.num_pointer_tokens, first.num_spatial_memories);
+        let attention = &self.video.memory_attention;
+        let out = if current.dim(0)? == 1 {
+            // One frame's features shared by every object: what depends only on them is
+            // computed once.
+            attention.forward_shared_current(
+                &current,
+                &current_pos,
+                &memory,
+                &memory_pos,
+                n_ptr,
+                n_mem,
+            )?
+        } else {
+            let expand =
+                |t: &Tensor| -> Result<Tensor> { Ok(t.broadcast_as((b, h * w, c))?.contiguous()?) };
+            attention.forward(
+                &expand(&current)?,
+                &expand(&current_pos)?,
+                &memory,
+                &memory_pos,
+                n_ptr,
+                n_mem,
+            )?
+        };
         Ok(out.transpose(1, 2)?.reshape((b, c, h, w))?)
     }
 

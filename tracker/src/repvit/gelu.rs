@@ -24,7 +24,7 @@ struct Gelu;
 /// `e^x` for `x <= 0` (Cephes `expf`: round to a power of two, degree-6 polynomial on the rest);
 /// relative error ~1e-7. Rounding uses the 1.5 * 2^23 trick so it needs no libm call.
 #[inline(always)]
-fn exp_neg(x: f32) -> f32 {
+pub(crate) fn exp_neg(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     let x = x.max(-87.0);
     let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;

@@ -1,0 +1,448 @@
+//! Fused softmax attention for the CPU (flash-attention style, exact fp32).
+//!
+//! `softmax(q k^T * scale) v` through candle materialises the whole `Lq x Lk` score matrix: for
+//! the memory attention's self-attention over a 64x64 grid that is 4096 x 4096 floats (64 MiB)
+//! per object, written by one matmul, read and rewritten by the softmax and read again by the
+//! second matmul, all far outside the caches. This kernel walks tiles of queries x keys instead:
+//! per key tile it computes the scores with `gemm`, updates a running row maximum and sum
+//! (online softmax) and accumulates `P v` into a rescaled output tile, so the scores stay in
+//! cache. The order of operations follows the reference where it matters (the scale multiplies
+//! the product, the softmax runs in f32); only the rounding of the exponentials' rescaling
+//! differs, which is float noise (see the tests).
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+use crate::kernels::{f32_slice, threads};
+use crate::repvit::gelu::exp_neg;
+
+/// Query rows per task: a task is one (batch * head, query tile).
+const TILE_Q: usize = 64;
+/// Keys per inner step: the score tile `TILE_Q x TILE_K` stays in L2.
+const TILE_K: usize = 256;
+
+/// `softmax(q k^T * scale) v` for `q` `[N, H, Lq, D]`, `k`/`v` `[N, H, Lk, D]` ->
+/// `[N, H, Lq, D]`.
+///
+/// CPU f32 runs the fused kernel; other devices and dtypes run candle's matmul + softmax (the
+/// same operations in the same order, with the full score matrix).
+pub fn scaled_dot_product(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    let fused = [q, k, v]
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
+    if fused {
+        return q.contiguous()?.apply_op3_no_bwd(
+            &k.contiguous()?,
+            &v.contiguous()?,
+            &FusedAttention {
+                scale: scale as f32,
+            },
+        );
+    }
+    scaled_dot_product_unfused(q, k, v, scale)
+}
+
+/// The plain tensor-op path: scale after the product, softmax in f32 (the reference's eager
+/// order). The matmul reads the transposed keys in place (no copy).
+pub fn scaled_dot_product_unfused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let logits = (q.matmul(&k.t()?)? * scale)?;
+    let weights = candle_nn::ops::softmax_last_dim(&logits)?;
+    weights.matmul(v)
+}
+
+struct FusedAttention {
+    scale: f32,
+}
+
+/// Shapes of one attention call.
+#[derive(Clone, Copy)]
+struct Dims {
+    lk: usize,
+    d: usize,
+    scale: f32,
+}
+
+impl CustomOp3 for FusedAttention {
+    fn name(&self) -> &'static str {
+        "fused-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let q = f32_slice(s1, l1, "attention queries")?;
+        let k = f32_slice(s2, l2, "attention keys")?;
+        let v = f32_slice(s3, l3, "attention values")?;
+        let (n, h, lq, d) = l1.shape().dims4()?;
+        let (kn, kh, lk, kd) = l2.shape().dims4()?;
+        if (kn, kh, kd) != (n, h, d) || l3.shape().dims() != l2.shape().dims() {
+            candle_core::bail!(
+                "fused attention: queries {:?}, keys {:?}, values {:?}",
+                l1.shape().dims(),
+                l2.shape().dims(),
+                l3.shape().dims()
+            );
+        }
+        let shape = Shape::from((n, h, lq, d));
+        let mut out = vec![0f32; n * h * lq * d];
+        if out.is_empty() || lk == 0 {
+            // No keys: the unfused path's product over an empty axis is zero as well.
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let dims = Dims {
+            lk,
+            d,
+            scale: self.scale,
+        };
+        // Tasks: disjoint output tiles, handed out dynamically (the machine is shared).
+        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
+        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
+            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
+                tasks.push((bh, t * TILE_Q, tile));
+            }
+        }
+        let workers = threads().min(tasks.len()).max(1);
+        let queue = std::sync::Mutex::new(tasks.into_iter());
+        let run = || {
+            let mut scores = vec![0f32; TILE_Q * TILE_K];
+            let mut stats = vec![0f32; 2 * TILE_Q];
+            loop {
+                // A poisoned lock means another worker panicked; stop taking work.
+                let next = match queue.lock() {
+                    Ok(mut it) => it.next(),
+                    Err(_) => None,
+                };
+                let Some((bh, q0, tile)) = next else { break };
+                let rows = tile.len() / d;
+                let qt = &q[(bh * lq + q0) * d..][..rows * d];
+                let kv = bh * lk * d..(bh + 1) * lk * d;
+                attend_tile(
+                    qt,
+                    &k[kv.clone()],
+                    &v[kv],
+                    tile,
+                    &mut scores,
+                    &mut stats,
+                    dims,
+                );
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..workers {
+                scope.spawn(run);
+            }
+            run();
+        });
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+/// One query tile against all keys: `q` `[rows, D]`, `k`/`v` `[Lk, D]`, `out` `[rows, D]`
+/// (the accumulator, then the result); `scores` and `stats` are per-worker scratch.
+fn attend_tile(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    scores: &mut [f32],
+    stats: &mut [f32],
+    dims: Dims,
+) {
+    let Dims { lk, d, scale, .. } = dims;
+    let rows = out.len() / d;
+    let (max, sum) = stats.split_at_mut(TILE_Q);
+    max[..rows].fill(f32::NEG_INFINITY);
+    sum[..rows].fill(0.0);
+    out.fill(0.0);
+    for k0 in (0..lk).step_by(TILE_K) {
+        let cols = TILE_K.min(lk - k0);
+        let s = &mut scores[..rows * cols];
+        let kt = &k[k0 * d..(k0 + cols) * d];
+        let vt = &v[k0 * d..(k0 + cols) * d];
+        // SAFETY: `s` is `rows x cols` row-major; `q` is `rows x d` row-major; `kt` is
+        // `cols x d` row-major, read as its transpose `d x cols` (column stride d, row stride
+        // 1). All slices have exactly these lengths and `s` aliases neither input.
+        unsafe {
+            gemm::gemm(
+                rows,
+                cols,
+                d,
+                s.as_mut_ptr(),
+                1,
+                cols as isize,
+                false,
+                q.as_ptr(),
+                1,
+                d as isize,
+                kt.as_ptr(),
+                d as isize,
+                1,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        online_softmax(s, cols, scale, &mut max[..rows], &mut sum[..rows], out, d);
+        // SAFETY: `out` is `rows x d` row-major (accumulated in place), `s` is `rows x cols`,
+        // `vt` is `cols x d`, all row-major with the stated lengths; `out` aliases neither.
+        unsafe {
+            gemm::gemm(
+                rows,
+                d,
+                cols,
+                out.as_mut_ptr(),
+                1,
+                d as isize,
+                true,
+                s.as_ptr(),
+                1,
+                cols as isize,
+                vt.as_ptr(),
+                1,
+                d as isize,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
+    for r in 0..rows {
+        let inv = sum[r];
+        out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o /= inv);
+    }
+}
+
+/// Online-softmax step over a score tile `s` (`rows x cols`): scales the scores, replaces them
+/// by `exp(score - running max)`, and rescales the running sums and the output rows `out`
+/// (`rows x d`) where the maximum grew. Dispatches to the widest vectors the CPU has (only the
+/// vector width changes).
+fn online_softmax(
+    s: &mut [f32],
+    cols: usize,
+    scale: f32,
+    max: &mut [f32],
+    sum: &mut [f32],
+    out: &mut [f32],
+    d: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            unsafe { online_softmax_avx512(s, cols, scale, max, sum, out, d) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { online_softmax_avx2(s, cols, scale, max, sum, out, d) };
+            return;
+        }
+    }
+    online_softmax_body(s, cols, scale, max, sum, out, d);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn online_softmax_avx512(
+    s: &mut [f32],
+    cols: usize,
+    scale: f32,
+    max: &mut [f32],
+    sum: &mut [f32],
+    out: &mut [f32],
+    d: usize,
+) {
+    online_softmax_body(s, cols, scale, max, sum, out, d);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn online_softmax_avx2(
+    s: &mut [f32],
+    cols: usize,
+    scale: f32,
+    max: &mut [f32],
+    sum: &mut [f32],
+    out: &mut [f32],
+    d: usize,
+) {
+    online_softmax_body(s, cols, scale, max, sum, out, d);
+}
+
+/// Lanes of the explicit partial maxima / sums (so the reductions vectorize).
+const LANES: usize = 16;
+
+#[inline(always)]
+fn online_softmax_body(
+    s: &mut [f32],
+    cols: usize,
+    scale: f32,
+    max: &mut [f32],
+    sum: &mut [f32],
+    out: &mut [f32],
+    d: usize,
+) {
+    for (r, row) in s.chunks_exact_mut(cols).enumerate() {
+        // The reference scales the product (`(q @ k^T) * scale`), then softmaxes.
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (l, x) in lanes.iter_mut().zip(c.iter_mut()) {
+                *x *= scale;
+                *l = l.max(*x);
+            }
+        }
+        let mut m = max[r];
+        for x in chunks.into_remainder() {
+            *x *= scale;
+            m = m.max(*x);
+        }
+        m = lanes.iter().fold(m, |a, &b| a.max(b));
+        let mut lanes = [0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (l, x) in lanes.iter_mut().zip(c.iter_mut()) {
+                *x = exp_neg(*x - m);
+                *l += *x;
+            }
+        }
+        let mut total = 0f32;
+        for x in chunks.into_remainder() {
+            *x = exp_neg(*x - m);
+            total += *x;
+        }
+        total += lanes.iter().sum::<f32>();
+        let old = max[r];
+        if m > old {
+            // Rescale what was accumulated under the previous maximum (0 on the first tile).
+            let alpha = exp_neg(old - m);
+            sum[r] *= alpha;
+            out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o *= alpha);
+            max[r] = m;
+        }
+        sum[r] += total;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Deterministic pseudo-random values in about [-amp, amp].
+    fn data(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
+            })
+            .collect()
+    }
+
+    fn tensor(dims: (usize, usize, usize, usize), seed: u64, amp: f32) -> Result<Tensor> {
+        let (a, b, c, e) = dims;
+        Tensor::from_vec(data(a * b * c * e, seed, amp), dims, &Device::Cpu)
+    }
+
+    fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f32> {
+        let diff = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        let norm = b.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        Ok((diff / norm.max(f32::MIN_POSITIVE)).sqrt())
+    }
+
+    fn check(n: usize, h: usize, lq: usize, lk: usize, d: usize, amp: f32) -> Result<()> {
+        let q = tensor((n, h, lq, d), 1 + lq as u64, amp)?;
+        let k = tensor((n, h, lk, d), 2 + lk as u64, amp)?;
+        let v = tensor((n, h, lk, d), 3 + d as u64, 1.0)?;
+        let scale = (d as f64).powf(-0.5);
+        let fused = scaled_dot_product(&q, &k, &v, scale)?;
+        let plain = scaled_dot_product_unfused(&q, &k, &v, scale)?;
+        assert_eq!(fused.dims(), plain.dims());
+        let err = rel_l2(&fused, &plain)?;
+        assert!(
+            err <= 1e-6,
+            "[{n},{h},{lq},{lk},{d}] amp {amp}: rel L2 {err:e}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn fused_matches_unfused_small_and_odd() -> Result<()> {
+        check(1, 1, 1, 1, 1, 1.0)?;
+        check(2, 8, 7, 4096, 16, 2.0)?; // decoder token -> image
+        check(2, 8, 4096, 7, 16, 2.0)?; // decoder image -> token
+        check(1, 1, 65, 257, 33, 3.0)?; // tiles with remainders
+        check(3, 2, 129, 513, 64, 4.0)?;
+        check(2, 1, 256, 1000, 64, 1.0)?; // perceiver-like
+        Ok(())
+    }
+
+    #[test]
+    fn fused_matches_unfused_memory_attention_shapes() -> Result<()> {
+        // Memory attention: self-attention and cross-attention to ~7 memories + 16 pointers.
+        check(1, 1, 4096, 4096, 256, 1.0)?;
+        check(2, 1, 4096, 3648, 256, 1.0)?;
+        check(1, 1, 1000, 3653, 256, 0.5)?;
+        Ok(())
+    }
+
+    #[test]
+    fn no_keys_gives_zeros() -> Result<()> {
+        let q = tensor((1, 2, 5, 8), 1, 1.0)?;
+        let k = Tensor::zeros((1, 2, 0, 8), DType::F32, &Device::Cpu)?;
+        let out = scaled_dot_product(&q, &k, &k, 0.5)?;
+        assert_eq!(out.dims(), &[1, 2, 5, 8]);
+        assert_eq!(out.abs()?.sum_all()?.to_scalar::<f32>()?, 0.0);
+        Ok(())
+    }
+
+    /// Old vs new on the memory attention's shapes, alternating:
+    /// `cargo test --release -p edgetam-tracker --lib attention::tests::bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn bench() -> Result<()> {
+        let shapes = [("self 4096x4096", 4096usize), ("cross 4096x3648", 3648)];
+        for (name, lk) in shapes {
+            let q = tensor((1, 1, 4096, 256), 1, 1.0)?;
+            let k = tensor((1, 1, lk, 256), 2, 1.0)?;
+            let v = tensor((1, 1, lk, 256), 3, 1.0)?;
+            let (mut old, mut new) = (Vec::new(), Vec::new());
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                scaled_dot_product_unfused(&q, &k, &v, 0.0625)?;
+                old.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = std::time::Instant::now();
+                scaled_dot_product(&q, &k, &v, 0.0625)?;
+                new.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let (o, n) = (median(&mut old), median(&mut new));
+            println!("{name}: unfused {o:.1} ms, fused {n:.1} ms, {:.2}x", o / n);
+        }
+        Ok(())
+    }
+}
