@@ -65,9 +65,10 @@ fn main() -> Result<()> {
     std::thread::scope(|s| -> Result<()> {
         // The reader hands each decoded image to the writer for its overlay.
         let (images, decoded) = mpsc::channel();
-        let reader = s.spawn(|| -> Result<()> {
+        let (pipeline, files) = (&pipeline, &files);
+        let reader = s.spawn(move || -> Result<()> {
             let read_all = || -> Result<()> {
-                for path in &files {
+                for path in files {
                     let img = image::open(path)
                         .with_context(|| format!("cannot read {}", path.display()))?
                         .to_rgb8();
