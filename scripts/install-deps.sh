@@ -3,7 +3,8 @@
 # The Rust toolchain itself (rustc/cargo >= 1.85) must come from rustup: Debian 12's cargo is too old.
 set -euo pipefail
 
-PACKAGES=(build-essential pkg-config ca-certificates)
+# libopencv-dev, clang and libclang-dev: the `opencv` feature (the opencv crate binds with libclang).
+PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,6 +1,35 @@
-//! Drawing on RGB images for the CLI's overlays.
+//! Drawing on RGB images: the overlays of the CLI and the examples.
 
+use edgetam_tracker::ObjectResult;
 use image::{Rgb, RgbImage};
+
+/// Overlay colors, by an object's position in a frame's results (objects in order of first
+/// prompt).
+pub const PALETTE: [[u8; 3]; 10] = [
+    [30, 144, 255],
+    [255, 69, 0],
+    [50, 205, 50],
+    [255, 215, 0],
+    [186, 85, 211],
+    [0, 206, 209],
+    [255, 140, 0],
+    [255, 20, 147],
+    [154, 205, 50],
+    [160, 82, 45],
+];
+
+/// Each object's mask tinted and its box outlined in its [`PALETTE`] color (masks must be the
+/// image's size).
+pub fn objects(img: &mut RgbImage, objects: &[ObjectResult]) {
+    for (o, color) in objects.iter().zip(PALETTE.iter().cycle()) {
+        tint(img, &o.mask.data, *color);
+    }
+    for (o, color) in objects.iter().zip(PALETTE.iter().cycle()) {
+        if let Some([x0, y0, x1, y1]) = o.bbox {
+            rect(img, [x0, y0, x1, y1].map(|v| v as i64), *color);
+        }
+    }
+}
 
 /// Blends `color` 50/50 into every pixel where `mask` (row-major, one value per pixel) is
 /// nonzero.

@@ -3,3 +3,8 @@
 //! This facade re-exports the workspace crates; see the README for status of each part.
 pub use edgetam_pipeline as pipeline;
 pub use edgetam_tracker as tracker;
+
+pub mod draw;
+mod names;
+
+pub use names::natural_cmp;

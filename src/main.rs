@@ -1,7 +1,6 @@
 //! The `edgetam` command-line tool.
 
-// CLI-only modules (not part of the `edgetam` library).
-mod draw;
+// CLI-only module (not part of the `edgetam` library).
 mod track;
 
 use std::path::{Path, PathBuf};
@@ -10,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use edgetam::draw;
 use edgetam::tracker::{
     checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
     MultimaskMode, Point, PointLabel, Prompt, Weights,

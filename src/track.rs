@@ -1,7 +1,6 @@
 //! `edgetam track`: tracks objects through a folder of frames with the frame-queue pipeline (a
 //! streaming `Tracker` on a worker thread, optionally with the image encoder ahead on another).
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{BufWriter, IsTerminal, Write};
@@ -17,9 +16,12 @@ use edgetam::tracker::{FrameResult, Mask, ObjectPrompt, Point, Prompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
+use edgetam::draw;
+use edgetam::natural_cmp;
+
 use crate::{
-    draw, image_size, load_model, open_image, parse_floats, parse_point_as, read_rgb,
-    save_mask_png, ModelArgs,
+    image_size, load_model, open_image, parse_floats, parse_point_as, read_rgb, save_mask_png,
+    ModelArgs,
 };
 
 /// File extensions (any case) taken as frames.
@@ -161,44 +163,6 @@ fn parse_prompt_spec(s: &str) -> std::result::Result<PromptSpec, String> {
     })
 }
 
-/// Splits a name into runs of ASCII digits and runs of other characters.
-fn chunks(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut digits = None;
-    for (i, c) in s.char_indices() {
-        let d = c.is_ascii_digit();
-        if digits.is_some_and(|prev| prev != d) {
-            out.push(&s[start..i]);
-            start = i;
-        }
-        digits = Some(d);
-    }
-    if start < s.len() {
-        out.push(&s[start..]);
-    }
-    out
-}
-
-/// Natural order: digit runs compare as numbers (`frame2 < frame10`), the rest as text; ties
-/// (`frame01` vs `frame1`) fall back to plain text order.
-fn natural_cmp(a: &str, b: &str) -> Ordering {
-    let (ca, cb) = (chunks(a), chunks(b));
-    for (x, y) in ca.iter().zip(&cb) {
-        let numeric = |s: &str| s.starts_with(|c: char| c.is_ascii_digit());
-        let ord = if numeric(x) && numeric(y) {
-            let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
-            x.len().cmp(&y.len()).then_with(|| x.cmp(y))
-        } else {
-            x.cmp(y)
-        };
-        if ord != Ordering::Equal {
-            return ord;
-        }
-    }
-    ca.len().cmp(&cb.len()).then_with(|| a.cmp(b))
-}
-
 fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -308,20 +272,6 @@ fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FrameProm
     Ok(by_frame)
 }
 
-/// Overlay colors, by an object's position in the output (objects in order of first prompt).
-const PALETTE: [[u8; 3]; 10] = [
-    [30, 144, 255],
-    [255, 69, 0],
-    [50, 205, 50],
-    [255, 215, 0],
-    [186, 85, 211],
-    [0, 206, 209],
-    [255, 140, 0],
-    [255, 20, 147],
-    [154, 205, 50],
-    [160, 82, 45],
-];
-
 /// One line of results.jsonl.
 #[derive(Serialize)]
 struct Record<'a> {
@@ -405,14 +355,7 @@ impl Outputs {
         self.results.flush().context("cannot write results.jsonl")?;
         if let Some(dir) = &self.overlay {
             let mut out = img.clone();
-            for (o, color) in r.objects.iter().zip(PALETTE.iter().cycle()) {
-                draw::tint(&mut out, &o.mask.data, *color);
-            }
-            for (o, color) in r.objects.iter().zip(PALETTE.iter().cycle()) {
-                if let Some([x0, y0, x1, y1]) = o.bbox {
-                    draw::rect(&mut out, [x0, y0, x1, y1].map(|v| v as i64), *color);
-                }
-            }
+            draw::objects(&mut out, &r.objects);
             let path = dir.join(format!("{f:06}.png"));
             out.save(&path)
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -574,28 +517,6 @@ pub fn track(args: TrackArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn natural_order() {
-        let mut names = vec![
-            "frame10.png",
-            "frame2.png",
-            "frame1.png",
-            "a.png",
-            "frame02.png",
-        ];
-        names.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(
-            names,
-            [
-                "a.png",
-                "frame1.png",
-                "frame02.png",
-                "frame2.png",
-                "frame10.png"
-            ]
-        );
-    }
 
     #[test]
     fn prompt_specs() {

@@ -41,9 +41,13 @@
 //!   applied after that reset. [`ResolutionChange::Continue`] keeps tracking instead.
 //! * A worker panic reaches the caller as [`Error::WorkerFailed`] on `recv` (and on later
 //!   `push`es); it never hangs.
+//! * Feature `opencv`: [`Frame::from_mat`] borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
+//!   continuous or not) without copying; see [`mat`].
 
 pub mod error;
 pub mod frame;
+#[cfg(feature = "opencv")]
+pub mod mat;
 pub mod pipeline;
 pub mod stats;
 
@@ -54,6 +58,11 @@ pub mod async_pipeline;
 pub use async_pipeline::AsyncPipeline;
 pub use error::{Error, FrameError, Result};
 pub use frame::{Frame, PixelFormat};
+#[cfg(feature = "opencv")]
+pub use mat::MatError;
+/// The `opencv` crate this one was built against (feature `opencv`).
+#[cfg(feature = "opencv")]
+pub use opencv;
 pub use pipeline::{
     DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
 };
