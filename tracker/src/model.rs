@@ -194,7 +194,11 @@ impl Segmentation {
 
     /// The chosen mask's predicted IoU.
     pub fn iou(&self) -> f32 {
-        self.iou_scores.get(self.chosen).copied().unwrap_or(0.0)
+        // A mask prompt has one dummy IoU whatever token made its pointer.
+        match self.iou_scores.as_slice() {
+            [only] => *only,
+            all => all.get(self.chosen).copied().unwrap_or(0.0),
+        }
     }
 }
 

@@ -115,9 +115,11 @@ pub struct ObjectResult {
     pub visible: bool,
     /// Predicted IoU of the chosen mask (1 for a mask prompt).
     pub iou: f32,
-    /// Index of the chosen mask among the decoder's candidates (0 without multimask).
+    /// Index of the chosen mask among the decoder's candidates (0 without multimask). For a mask
+    /// prompt, the decoder token its object pointer came from (the output is the prompt itself).
     pub chosen_mask: usize,
-    /// Whether the decoder proposed several masks.
+    /// Whether the decoder proposed several masks (for a mask prompt: in the call that made the
+    /// object pointer).
     pub multimask: bool,
     /// Whether this frame was a prompted (conditioning) frame for the object.
     pub prompted: bool,

@@ -215,10 +215,9 @@ impl EdgeTam {
             seg.object_pointer = self.no_object_pointer().clone();
         }
         seg.low_res_logits = low_res;
+        // The output is the mask itself (a dummy IoU of 1); `multimask` and `chosen` keep the
+        // decoder's choice, which only made the object pointer.
         seg.iou_scores = vec![1.0];
-        seg.chosen = 0;
-        // The decoder ran only for the pointer; the output is the mask itself.
-        seg.multimask = false;
         seg.object_score = if appearing { 10.0 } else { -10.0 };
         Ok(seg)
     }

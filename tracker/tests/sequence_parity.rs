@@ -56,3 +56,13 @@ fn sequence_256_transformers_defaults_free_running() {
 fn sequence_256_transformers_defaults_forced_and_stages() {
     check("sequence_256_defaults", Mode::Forced);
 }
+
+#[test]
+fn sequence_1024_free_running() {
+    check("sequence_1024", Mode::FreeRunning);
+}
+
+#[test]
+fn sequence_1024_forced() {
+    check("sequence_1024", Mode::Forced);
+}
