@@ -131,31 +131,16 @@ impl EdgeTam {
             &gathered.iter().map(|g| &g.memory_pos).collect::<Vec<_>>(),
             0,
         )?;
-        let (n_ptr, n_mem) = (first.num_pointer_tokens, first.num_spatial_memories);
-        let attention = &self.video.memory_attention;
-        let out = if current.dim(0)? == 1 {
-            // One frame's features shared by every object: what depends only on them is
-            // computed once.
-            attention.forward_shared_current(
-                &current,
-                &current_pos,
-                &memory,
-                &memory_pos,
-                n_ptr,
-                n_mem,
-            )?
-        } else {
-            let expand =
-                |t: &Tensor| -> Result<Tensor> { Ok(t.broadcast_as((b, h * w, c))?.contiguous()?) };
-            attention.forward(
-                &expand(&current)?,
-                &expand(&current_pos)?,
-                &memory,
-                &memory_pos,
-                n_ptr,
-                n_mem,
-            )?
-        };
+        // One frame's features shared by every object: what depends only on them (layer 0's
+        // self-attention) is computed once.
+        let out = self.video.memory_attention.forward_shared_current(
+            &current,
+            &current_pos,
+            &memory,
+            &memory_pos,
+            first.num_pointer_tokens,
+            first.num_spatial_memories,
+        )?;
         Ok(out.transpose(1, 2)?.reshape((b, c, h, w))?)
     }
 
