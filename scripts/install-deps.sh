@@ -4,7 +4,11 @@
 set -euo pipefail
 
 # libopencv-dev, clang and libclang-dev: the `opencv` feature (the opencv crate binds with libclang).
-PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev)
+# libgstreamer*-dev and the gstreamer1.0-* packages: the `edgetamtrack` element (plugins/) and its
+# tests, which run gst-launch-1.0 and gst-inspect-1.0 with the videotestsrc/pngdec elements.
+PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
