@@ -27,6 +27,7 @@ pub mod prompt_encoder;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
+pub mod timings;
 pub mod tracker;
 pub mod tracking_step;
 pub mod two_way_transformer;
@@ -37,6 +38,7 @@ pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
+pub use timings::StageTimes;
 pub use tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
 };
