@@ -174,3 +174,20 @@ fn memory_stays_flat_over_a_long_stream() {
         );
     }
 }
+
+/// A model input size whose memory grid the perceiver cannot window segments single images but
+/// refuses to track, with a message naming the size (not an error from deep inside a frame).
+#[test]
+fn sizes_that_cannot_track_are_refused_at_the_first_prompt() {
+    let cfg = EdgeTamConfig::with_image_size(128).expect("config");
+    let model = Arc::new(EdgeTam::random(cfg, 0, &Device::Cpu).expect("model"));
+    let mut tracker = Tracker::new(model);
+    let err = tracker
+        .add_prompt(1, 0, Prompt::from_box(10.0, 10.0, 40.0, 40.0))
+        .expect_err("128 cannot track");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("image_size 128 cannot track") && msg.contains("multiple of 256"),
+        "{msg}"
+    );
+}
