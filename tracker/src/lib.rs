@@ -33,6 +33,7 @@ pub mod tracking_step;
 pub mod two_way_transformer;
 pub mod vision_neck;
 pub mod weights;
+pub mod work;
 
 pub use config::EdgeTamConfig;
 pub use device::parse_device;
