@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
+use edgetam::tracker::work::StageWork;
 use edgetam::tracker::{EdgeTam, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -245,6 +246,8 @@ struct ConfigReport {
     gflops: serde_json::Map<String, serde_json::Value>,
     /// Counted multiply-adds of the measured frames, per stage (GMAC per frame, mean).
     gmac_per_frame: serde_json::Map<String, serde_json::Value>,
+    /// The same in MACs, keyed by stage name without `_ms` (what `compare_bench.py` reads).
+    macs: serde_json::Map<String, serde_json::Value>,
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -270,24 +273,27 @@ fn get(m: &serde_json::Map<String, serde_json::Value>, k: &str) -> f64 {
     m.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
 }
 
-/// Spatial memories and object pointers an object reads on frame `t` of a run prompted on
-/// frame 0 (the prompt frame plus the most recent ones, as the memory bank selects them).
-fn memory_counts(model: &EdgeTam, t: u64) -> (usize, usize) {
-    let c = model.config();
-    let t = t as usize;
-    (
-        t.min(c.num_maskmem),
-        t.min(c.max_object_pointers_in_encoder),
-    )
-}
-
-/// Counted multiply-adds per stage for frame `t` with `objects` tracked objects, in
-/// [`FrameRecord::columns`] order (end to end first).
+/// Counted multiply-adds per stage for frame `t` (objects boxed on frame 0) with `objects`
+/// tracked objects, in [`FrameRecord::columns`] order (end to end first). Memory attention's
+/// layer-0 self-attention runs once per frame for all objects, and is counted once.
 fn frame_macs(model: &EdgeTam, t: u64, objects: u32) -> [f64; 7] {
-    let (mems, ptrs) = memory_counts(model, t);
-    let _ = (mems, ptrs, objects);
-    // TODO(work counts): wire in the counted multiply-adds.
-    [0.0; 7]
+    let cfg = model.config();
+    let w = StageWork::box_stream_frame(cfg, t as usize);
+    let n = u64::from(objects);
+    let mut att = n * w.memory_attention;
+    if w.memory_attention > 0 && n > 1 {
+        att -= (n - 1) * StageWork::shared_self_attention(cfg);
+    }
+    let total = w.frame_total(cfg, objects as usize) as f64;
+    [
+        total,
+        0.0,
+        w.image_encoder as f64,
+        att as f64,
+        (n * w.mask_decoder) as f64,
+        (n * w.memory_encoder) as f64,
+        0.0,
+    ]
 }
 
 struct Run<'a> {
@@ -471,6 +477,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             "version": env!("CARGO_PKG_VERSION"),
             "input": if input.synthetic() { "synthetic".to_string() } else { args.input.clone() },
             "threads": threads,
+            "size": image_size,
+            "machine": machine(),
             "configs": reports,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
@@ -503,6 +511,7 @@ fn report(
     }
     let mut gflops = serde_json::Map::new();
     let mut gmac = serde_json::Map::new();
+    let mut mac_counts = serde_json::Map::new();
     for (c, &m) in macs.iter().enumerate() {
         let Some(key) = frames.first().map(|f| f.columns()[c].0) else {
             break;
@@ -511,6 +520,8 @@ fn report(
         if m > 0.0 && secs > 0.0 {
             gflops.insert(key.into(), serde_json::json!(2.0 * m / secs / 1e9));
             gmac.insert(key.into(), serde_json::json!(m / frames.len() as f64 / 1e9));
+            let name = key.trim_end_matches("_ms");
+            mac_counts.insert(name.into(), serde_json::json!(m / frames.len() as f64));
         }
     }
     ConfigReport {
@@ -533,7 +544,23 @@ fn report(
         },
         gflops,
         gmac_per_frame: gmac,
+        macs: mac_counts,
     }
+}
+
+/// The CPU model and core count, for the JSON report.
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    serde_json::json!({ "cpu": cpu, "logical_cpus": logical, "implementation": "edgetam-rs" })
 }
 
 fn mode_name(ahead: bool) -> &'static str {
