@@ -77,6 +77,17 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// candle's (gemm crate) fp32 matrix product at 2048^3: our matmul peak, to set the kernels'
+/// GFLOP/s against (2 * 2048^3 = 17.2 GFLOP per iteration).
+fn matmul(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul");
+    g.sample_size(10);
+    let a = randn(&[2048, 2048]);
+    let b = randn(&[2048, 2048]);
+    g.bench_function("f32_2048", |bch| bch.iter(|| ok(a.matmul(&b))));
+    g.finish();
+}
+
 /// The whole image encoder (RepViT-M1 + FPN + high-res convs) on random weights.
 fn image_encoder(c: &mut Criterion) {
     let mut g = c.benchmark_group("image_encoder");
@@ -99,5 +110,5 @@ fn image_encoder(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, depthwise, attention, image_encoder);
+criterion_group!(benches, matmul, depthwise, attention, image_encoder);
 criterion_main!(benches);

@@ -471,6 +471,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     progress.finish_and_clear();
     print!("{}", render(&reports));
+    let peak_rss = peak_rss_mib();
+    if let Some(mib) = peak_rss {
+        println!("peak RSS {mib:.0} MiB (whole run, model included)");
+    }
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
             "tool": "edgetam bench",
@@ -479,6 +483,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             "threads": threads,
             "size": image_size,
             "machine": machine(),
+            "peak_rss_mib": peak_rss,
             "configs": reports,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
@@ -546,6 +551,14 @@ fn report(
         gmac_per_frame: gmac,
         macs: mac_counts,
     }
+}
+
+/// Peak resident memory of this process so far (MiB; Linux `VmHWM`), `None` elsewhere.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// The CPU model and core count, for the JSON report.

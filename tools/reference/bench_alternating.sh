@@ -31,6 +31,7 @@ BIN=${EDGETAM:-$ROOT/target/release/edgetam}
 REF=$ROOT/tools/reference
 OUT=${OUT:-$(mktemp -d /tmp/edgetam-bench.XXXXXX)}
 mkdir -p "$OUT"
+[ "$FRAMES" -gt "$WARMUP" ] || { echo "-n FRAMES ($FRAMES) must exceed -k WARMUP ($WARMUP)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "build first: cargo build --release --bin edgetam" >&2; exit 1; }
 
 echo "== fp32 matmul peak, $THREADS threads"
@@ -38,7 +39,8 @@ echo "== fp32 matmul peak, $THREADS threads"
 
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS: ours"
-  "$BIN" bench --random-weights --size "$SIZE" --objects "$OBJECTS" --frames "$FRAMES" \
+  # `edgetam bench --frames` counts measured frames only (after the warm-up).
+  "$BIN" bench --random-weights --size "$SIZE" --objects "$OBJECTS" --frames "$((FRAMES - WARMUP))" \
     --warmup "$WARMUP" --threads "$THREADS" --json "$OUT/ours_$r.json"
   echo "== round $r/$ROUNDS: reference"
   "$PY" "$REF/time_reference.py" --size "$SIZE" --objects "$OBJECTS" --frames "$FRAMES" \

@@ -126,6 +126,9 @@ def main() -> None:
             print(line)
         if mine.get("end_to_end_ms") and theirs.get("end_to_end_ms"):
             print(f"{'fps':<18}{1e3 / mine['end_to_end_ms']:>10.2f}{1e3 / theirs['end_to_end_ms']:>11.2f}")
+    rss = [max((d.get("peak_rss_mib") or 0.0) for d in docs) for docs in (ours_docs, ref_docs)]
+    if all(rss):
+        print(f"\npeak RSS (MiB, whole run): ours {rss[0]:.0f}, reference {rss[1]:.0f}")
 
 
 if __name__ == "__main__":

@@ -267,6 +267,10 @@ def main() -> None:
         print(f"\nreference, {a.size} input, {a.threads} threads, {a.device}, "
               f"stats over frames >= {result['stats_from_frame']} of {a.frames} (ms)")
         print_table(result["configs"])
+    # Peak resident memory of this process (Linux reports ru_maxrss in KiB), as `edgetam bench`.
+    import resource
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"peak RSS {result['peak_rss_mib']:.0f} MiB (whole run, model included)")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
         print(f"wrote {a.json}")
