@@ -12,6 +12,7 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use edgetam::tracker::attention::{scaled_dot_product, scaled_dot_product_unfused};
+use edgetam::tracker::attention_bf16::scaled_dot_product_bf16;
 use edgetam::tracker::repvit::Depthwise;
 use edgetam::tracker::{EdgeTam, EdgeTamConfig};
 
@@ -69,6 +70,9 @@ fn attention(c: &mut Criterion) {
         let scale = 1.0 / 16.0;
         g.bench_function(BenchmarkId::new("fused", name), |b| {
             b.iter(|| ok(scaled_dot_product(&q, &k, &v, scale)))
+        });
+        g.bench_function(BenchmarkId::new("bf16", name), |b| {
+            b.iter(|| ok(scaled_dot_product_bf16(&q, &k, &v, scale)))
         });
         g.bench_function(BenchmarkId::new("unfused", name), |b| {
             b.iter(|| ok(scaled_dot_product_unfused(&q, &k, &v, scale)))

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
 use edgetam::tracker::work::StageWork;
-use edgetam::tracker::{EdgeTam, Prompt, StageTimes, Tracker};
+use edgetam::tracker::{EdgeTam, Precision, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -55,8 +55,9 @@ pub struct BenchArgs {
     /// Compute threads (sets RAYON_NUM_THREADS; default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
-    /// Precision: `f32` (exact, default). `bf16` is the planned fast mode; not available yet.
-    #[arg(long, value_name = "f32|bf16", default_value = "f32")]
+    /// Precision: `f32` (exact, default), `bf16` (the fast mode: memory attention's products
+    /// in bf16 with f32 accumulation, on CPUs with AVX512-BF16), or `f32,bf16` for both.
+    #[arg(long, value_name = "f32|bf16|f32,bf16", default_value = "f32")]
     dtype: String,
     /// Write every frame's stage times and the summaries as JSON.
     #[arg(long, value_name = "FILE")]
@@ -400,26 +401,32 @@ fn parse_modes(s: &str) -> Result<Vec<bool>> {
 }
 
 pub fn bench(args: BenchArgs) -> Result<()> {
-    match args.dtype.as_str() {
-        "f32" => {}
-        "bf16" => bail!(
-            "--dtype bf16: the bf16 fast mode is not implemented yet; only the exact f32 path \
-             can be measured"
-        ),
-        other => bail!("--dtype must be f32 or bf16, got `{other}`"),
-    }
+    let dtypes: Vec<Precision> = args
+        .dtype
+        .split(',')
+        .map(|d| {
+            d.parse::<Precision>().map_err(|_| {
+                anyhow::anyhow!("--dtype must be f32 or bf16 (or both: f32,bf16), got `{d}`")
+            })
+        })
+        .collect::<Result<_>>()?;
     let modes = parse_modes(&args.encoder_ahead)?;
     if let Some(t) = args.threads {
         // Before any pool exists: candle's matmuls, rayon and our kernels all read it.
         std::env::set_var("RAYON_NUM_THREADS", t.to_string());
     }
     let threads = candle_core::utils::get_num_threads();
-    let model = Arc::new(crate::load_model(&args.model)?);
+    let mut model = crate::load_model(&args.model)?;
+    for &d in &dtypes {
+        if model.set_precision(d) != d {
+            bail!("--dtype {d}: not available here (the bf16 mode needs a CPU with AVX512-BF16)");
+        }
+    }
     let total = (args.warmup + args.frames) as usize;
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
     let image_size = model.config().image_size;
-    let runs = args.objects.len() * modes.len();
+    let runs = args.objects.len() * modes.len() * dtypes.len();
     eprintln!(
         "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} configuration(s) \
          x ({} warm-up + {} measured frames)",
@@ -437,36 +444,44 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let run = Run {
-        model: &model,
-        input: &input,
-        warmup: args.warmup,
-        frames: args.frames,
-        progress: &progress,
-    };
     let mut reports = Vec::new();
+    // Precisions innermost: compared configurations run back to back (the machine drifts).
     for &objects in &args.objects {
         for &ahead in &modes {
-            progress.set_message(format!(
-                "{objects} object(s), {}",
-                if ahead { "encoder-ahead" } else { "serial" }
-            ));
-            let frames = if ahead {
-                run.ahead(objects)?
-            } else {
-                run.serial(objects)?
-            };
-            let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
-            reports.push(report(
-                &model,
-                objects,
-                ahead,
-                threads,
-                &args,
-                &frames,
-                measured,
-                (fw, fh),
-            ));
+            for &dtype in &dtypes {
+                model.set_precision(dtype);
+                let shared = Arc::new(model);
+                progress.set_message(format!(
+                    "{objects} object(s), {}, {dtype}",
+                    if ahead { "encoder-ahead" } else { "serial" }
+                ));
+                let run = Run {
+                    model: &shared,
+                    input: &input,
+                    warmup: args.warmup,
+                    frames: args.frames,
+                    progress: &progress,
+                };
+                let frames = if ahead {
+                    run.ahead(objects)?
+                } else {
+                    run.serial(objects)?
+                };
+                let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
+                reports.push(report(
+                    &shared,
+                    objects,
+                    ahead,
+                    dtype,
+                    threads,
+                    &args,
+                    &frames,
+                    measured,
+                    (fw, fh),
+                ));
+                model = Arc::try_unwrap(shared)
+                    .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
+            }
         }
     }
     progress.finish_and_clear();
@@ -502,6 +517,7 @@ fn report(
     model: &EdgeTam,
     objects: u32,
     ahead: bool,
+    dtype: Precision,
     threads: usize,
     args: &BenchArgs,
     frames: &[FrameRecord],
@@ -532,7 +548,7 @@ fn report(
     ConfigReport {
         objects,
         encoder_ahead: ahead,
-        dtype: args.dtype.clone(),
+        dtype: dtype.to_string(),
         threads,
         image_size: model.config().image_size,
         frame_width: fw,
@@ -691,7 +707,12 @@ fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {
     reports
         .iter()
         .map(|r| PlotSeries {
-            name: format!("{} obj, {}", r.objects, mode_name(r.encoder_ahead)),
+            name: format!(
+                "{} obj, {}, {}",
+                r.objects,
+                mode_name(r.encoder_ahead),
+                r.dtype
+            ),
             frame_ms: r
                 .frames
                 .iter()
