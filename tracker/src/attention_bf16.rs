@@ -110,7 +110,10 @@ impl CustomOp3 for FusedAttentionBf16 {
         let v = f32_slice(s3, l3, "attention values")?;
         let (n, h, lq, d) = l1.shape().dims4()?;
         let (kn, kh, lk, kd) = l2.shape().dims4()?;
-        if (kn, kh, kd) != (n, h, d) || l3.shape().dims() != l2.shape().dims() || d % 16 != 0 {
+        if (kn, kh, kd) != (n, h, d)
+            || l3.shape().dims() != l2.shape().dims()
+            || !d.is_multiple_of(16)
+        {
             candle_core::bail!(
                 "bf16 attention: queries {:?}, keys {:?}, values {:?} (head width a multiple of 16)",
                 l1.shape().dims(),
@@ -217,7 +220,7 @@ mod x86 {
             let packed = _mm512_cvtne2ps_pbh(hi, lo);
             _mm512_storeu_si512(
                 dst.as_mut_ptr().add(i / 2).cast(),
-                std::mem::transmute(packed),
+                std::mem::transmute::<__m512bh, __m512i>(packed),
             );
             i += 32;
         }
@@ -252,8 +255,9 @@ mod x86 {
                 );
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let a: __m512bh =
-                    std::mem::transmute(_mm512_set1_epi32(q_pairs[r * pairs + p] as i32));
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    q_pairs[r * pairs + p] as i32,
+                ));
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
                 }
@@ -302,8 +306,9 @@ mod x86 {
                 *bc = _mm512_loadu_si512(base.add(c * 16).cast());
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let a: __m512bh =
-                    std::mem::transmute(_mm512_set1_epi32(p_pairs[r * p_stride + jp] as i32));
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    p_pairs[r * p_stride + jp] as i32,
+                ));
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
                 }

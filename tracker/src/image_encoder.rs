@@ -53,6 +53,14 @@ impl ImageEncoder {
         })
     }
 
+    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        self.backbone.set_bf16(on);
+        self.neck.set_bf16(on);
+        self.conv_s0.set_bf16(on);
+        self.conv_s1.set_bf16(on);
+    }
+
     /// Encodes `[N, 3, S, S]` normalized pixels (see [`crate::preprocess::preprocess`]).
     pub fn forward(&self, pixel_values: &Tensor) -> Result<ImageFeatures> {
         Ok(self.forward_with_stages(pixel_values)?.0)

@@ -34,7 +34,11 @@ impl Bf16Linear {
     pub fn new(linear: &Linear) -> candle_core::Result<Option<Self>> {
         let w = linear.weight();
         let (outputs, inputs) = w.dims2()?;
-        if !supported() || inputs % 2 != 0 || outputs % 16 != 0 || !w.device().is_cpu() {
+        if !supported()
+            || !inputs.is_multiple_of(2)
+            || !outputs.is_multiple_of(16)
+            || !w.device().is_cpu()
+        {
             return Ok(None);
         }
         let w: Vec<f32> = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
@@ -151,8 +155,9 @@ mod x86 {
                 *bc = _mm512_loadu_si512(base.add(c * 16).cast());
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let a: __m512bh =
-                    std::mem::transmute(_mm512_set1_epi32(x_pairs[r * kpairs + kp] as i32));
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    x_pairs[r * kpairs + kp] as i32,
+                ));
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
                 }

@@ -147,6 +147,17 @@ fn config_error(message: String) -> Error {
 }
 
 impl MemoryEncoder {
+    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        self.final_conv.set_bf16(on);
+        self.feature_projection.set_bf16(on);
+        self.projection.set_bf16(on);
+        for b in &mut self.fuser {
+            b.pointwise1.set_bf16(on);
+            b.pointwise2.set_bf16(on);
+        }
+    }
+
     /// Loads `memory_encoder.*` (pass `vb.pp("memory_encoder")`).
     pub fn new(cfg: &EdgeTamConfig, vb: VarBuilder) -> Result<Self> {
         for (name, act) in [

@@ -341,14 +341,17 @@ impl EdgeTam {
             }
             crate::Precision::F32 => crate::Precision::F32,
         };
-        if let Err(e) = self
-            .video
-            .memory_attention
-            .set_bf16_products(effective == crate::Precision::Bf16)
-        {
+        let on = effective == crate::Precision::Bf16;
+        // The image encoder stays f32: in bf16 its 1x1 convolutions move prompted-frame masks
+        // below the mode's IoU bar on the sequence fixtures (0.988), for a 1.3x encoder speed-up.
+        self.image_encoder.set_bf16(false);
+        self.video.memory_encoder.set_bf16(on);
+        if let Err(e) = self.video.memory_attention.set_bf16_products(on) {
             // Packing failed (out of memory?): stay exact rather than half switched.
             tracing::warn!("cannot switch to bf16 ({e}): running exact f32");
             let _ = self.video.memory_attention.set_bf16_products(false);
+            self.image_encoder.set_bf16(false);
+            self.video.memory_encoder.set_bf16(false);
             self.precision = crate::Precision::F32;
             return crate::Precision::F32;
         }

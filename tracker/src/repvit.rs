@@ -11,6 +11,7 @@
 mod conv;
 mod depthwise;
 pub(crate) mod gelu;
+mod pointwise_bf16;
 
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
@@ -80,6 +81,11 @@ impl Mlp {
     }
 
     /// `x + mlp(x)`, the residual and biases fused into the 1x1 convs.
+    fn set_bf16(&mut self, on: bool) {
+        self.conv1.set_bf16(on);
+        self.conv2.set_bf16(on);
+    }
+
     fn forward_residual(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         self.conv2.forward_add(&self.conv1.forward_gelu(x)?, x)
     }
@@ -194,6 +200,20 @@ impl RepVit {
 
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
+    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        for stage in &mut self.stages {
+            if let Some(d) = &mut stage.downsample {
+                d.pre_block.mlp.set_bf16(on);
+                d.channel.set_bf16(on);
+                d.ffn.set_bf16(on);
+            }
+            for b in &mut stage.blocks {
+                b.mlp.set_bf16(on);
+            }
+        }
+    }
+
     pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
         let mut x = self.stem[0].forward_gelu(pixel_values)?;
         x = self.stem[1].forward(&x)?;

@@ -22,6 +22,11 @@ pub struct VisionNeck {
 }
 
 impl VisionNeck {
+    /// Switches the lateral convolutions' bf16 products on or off (the fast mode).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        self.convs.iter_mut().for_each(|c| c.set_bf16(on));
+    }
+
     /// Loads `convs.{j}` from `vb` positioned at `vision_encoder.neck`.
     pub fn new(cfg: &VisionConfig, vb: VarBuilder) -> candle_core::Result<Self> {
         let convs = cfg

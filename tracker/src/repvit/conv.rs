@@ -52,6 +52,8 @@ pub(crate) struct Pointwise {
     /// Host copies for the CPU op: `[out, in]` row-major and `[out]`.
     host_weight: Vec<f32>,
     host_bias: Vec<f32>,
+    /// The weight as bf16 pairs when the bf16 fast mode is on (see [`crate::Precision`]).
+    bf16: Option<std::sync::Arc<super::pointwise_bf16::PackedWeight>>,
 }
 
 /// What the fused CPU op adds after the product.
@@ -75,7 +77,23 @@ impl Pointwise {
             bias,
             host_weight,
             host_bias,
+            bf16: None,
         })
+    }
+
+    /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
+    /// input width, tiny spatial sizes, or a CPU without AVX512-BF16).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        let (out_ch, in_ch) = (
+            self.host_bias.len(),
+            self.host_weight.len() / self.host_bias.len().max(1),
+        );
+        self.bf16 = if on {
+            super::pointwise_bf16::PackedWeight::new(&self.host_weight, out_ch, in_ch)
+                .map(std::sync::Arc::new)
+        } else {
+            None
+        };
     }
 
     /// A plain `nn.Conv2d(in, out, 1)` with bias, read from `vb` (`weight`, `bias`).
@@ -141,6 +159,7 @@ impl Pointwise {
             weight: &self.host_weight,
             bias: &self.host_bias,
             epilogue,
+            bf16: self.bf16.as_deref(),
         };
         let x = x.contiguous()?;
         match residual {
@@ -159,7 +178,12 @@ struct FusedPointwise<'a> {
     weight: &'a [f32],
     bias: &'a [f32],
     epilogue: Epilogue,
+    bf16: Option<&'a super::pointwise_bf16::PackedWeight>,
 }
+
+/// Below this many pixels per image a 1x1 conv stays f32 in the bf16 mode (the squeeze-excite
+/// layers on pooled `1x1` maps: nothing to gain).
+const BF16_MIN_PIXELS: usize = 64;
 
 impl FusedPointwise<'_> {
     fn run(
@@ -202,7 +226,9 @@ impl FusedPointwise<'_> {
         } else {
             gemm::Parallelism::None
         };
-        if hw > 0 && c > 0 && out_ch > 0 {
+        if let Some(packed) = self.bf16.filter(|_| hw >= BF16_MIN_PIXELS) {
+            super::pointwise_bf16::accumulate(packed, x, hw, &mut out);
+        } else if hw > 0 && c > 0 && out_ch > 0 {
             for (dst, src) in out.chunks_mut(out_ch * hw).zip(x.chunks(c * hw)) {
                 // SAFETY: `dst` is `out_ch x hw`, `weight` is `out_ch x c` and `src` is
                 // `c x hw`, all row-major and checked above; the slices outlive the call and

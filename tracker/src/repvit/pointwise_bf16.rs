@@ -1,0 +1,272 @@
+//! 1x1 convolutions with bf16 products and f32 accumulation (the `bf16` fast mode).
+//!
+//! `out[o][p] = start[o][p] + sum_c w[o][c] x[c][p]` in NCHW, where `start` already holds the
+//! bias (and residual). Lanes run along pixels: the input is rounded to bf16 and interleaved in
+//! channel pairs (`(x[2c][p], x[2c+1][p])` per lane), the weight is rounded once into
+//! `(w[o][2c], w[o][2c+1])` pairs that are broadcast. Tiles of 4 output channels x 64 pixels
+//! sit in registers; each worker owns a range of pixels, so its slice of the packed input stays
+//! in cache while every output channel reads it.
+
+use crate::attention_bf16::bf16_bits;
+
+/// Pixels per task (a multiple of 64).
+const PIXELS_PER_TASK: usize = 1024;
+
+/// A 1x1 convolution's weight `[out, in]` as bf16 channel pairs, `in` even.
+#[derive(Debug)]
+pub(crate) struct PackedWeight {
+    pairs: Vec<u32>,
+    pub(crate) out_ch: usize,
+    pub(crate) in_ch: usize,
+}
+
+impl PackedWeight {
+    /// `None` when the kernel does not apply (odd input width, or no AVX512-BF16).
+    pub(crate) fn new(weight: &[f32], out_ch: usize, in_ch: usize) -> Option<Self> {
+        if !crate::attention_bf16::supported()
+            || in_ch == 0
+            || !in_ch.is_multiple_of(2)
+            || weight.len() != out_ch * in_ch
+        {
+            return None;
+        }
+        let mut pairs = Vec::with_capacity(out_ch * in_ch / 2);
+        for o in 0..out_ch {
+            let row = &weight[o * in_ch..(o + 1) * in_ch];
+            pairs.extend(
+                row.chunks_exact(2)
+                    .map(|p| bf16_bits(p[0]) | (bf16_bits(p[1]) << 16)),
+            );
+        }
+        Some(Self {
+            pairs,
+            out_ch,
+            in_ch,
+        })
+    }
+}
+
+/// Accumulates `w x` into `out` (`n x out_ch x hw`, pre-filled) for `x` `n x in_ch x hw`.
+pub(crate) fn accumulate(w: &PackedWeight, x: &[f32], hw: usize, out: &mut [f32]) {
+    let (oc, ic) = (w.out_ch, w.in_ch);
+    if hw == 0 || oc == 0 {
+        return;
+    }
+    for (dst, src) in out.chunks_mut(oc * hw).zip(x.chunks(ic * hw)) {
+        let tasks: Vec<usize> = (0..hw).step_by(PIXELS_PER_TASK).collect();
+        let workers = crate::kernels::threads().min(tasks.len()).max(1);
+        let queue = std::sync::Mutex::new(tasks.into_iter());
+        // Output rows are disjoint per pixel range; hand each worker raw row pointers.
+        let dst_ptr = SendPtr(dst.as_mut_ptr());
+        let run = || {
+            let mut packed = vec![0u32; ic / 2 * PIXELS_PER_TASK + 64];
+            loop {
+                let next = match queue.lock() {
+                    Ok(mut it) => it.next(),
+                    Err(_) => None,
+                };
+                let Some(p0) = next else { break };
+                let n = PIXELS_PER_TASK.min(hw - p0);
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `PackedWeight` exists only where AVX512-BF16 is supported; the task
+                // writes only pixels `p0..p0 + n` of each output row, disjoint from every
+                // other task's, and `dst` outlives the scope.
+                unsafe {
+                    x86::task(w, src, hw, p0, n, &mut packed, dst_ptr, oc);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (n, &mut packed, dst_ptr);
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..workers {
+                scope.spawn(run);
+            }
+            run();
+        });
+    }
+}
+
+/// A raw output pointer shared by workers that write disjoint pixels.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: workers write disjoint elements through it (see `accumulate`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above; the pointer itself is only copied.
+unsafe impl Sync for SendPtr {}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{PackedWeight, SendPtr};
+
+    /// Packs pixels `p0..p0+n` of the `ic` planes into channel pairs (`ic/2` rows of `n64`
+    /// lanes, `n64 = n` rounded up to 16, padded with zeros).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn pack(x: &[f32], hw: usize, ic: usize, p0: usize, n: usize, out: &mut [u32]) {
+        let stride = n.div_ceil(16) * 16;
+        // Interleave two 16-lane bf16 halves: lanes (a0, b0, a1, b1, ...).
+        let idx = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
+        );
+        for cp in 0..ic / 2 {
+            let a = x.as_ptr().add(2 * cp * hw + p0);
+            let b = x.as_ptr().add((2 * cp + 1) * hw + p0);
+            let dst = out.as_mut_ptr().add(cp * stride);
+            let mut p = 0;
+            while p < n {
+                let valid = (n - p).min(16);
+                let mask: __mmask16 = if valid == 16 {
+                    0xffff
+                } else {
+                    (1u16 << valid) - 1
+                };
+                let va = _mm512_maskz_loadu_ps(mask, a.add(p));
+                let vb = _mm512_maskz_loadu_ps(mask, b.add(p));
+                let halves: __m512i =
+                    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
+                let inter = _mm512_permutexvar_epi16(idx, halves);
+                _mm512_storeu_si512(dst.add(p).cast(), inter);
+                p += 16;
+            }
+        }
+    }
+
+    /// `R` output channels x 4 blocks of 16 pixels: packed lanes `q..q+64`, output pixels
+    /// `pix..pix+valid` (`valid <= 64`; the rest is masked).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block<const R: usize>(
+        w: &PackedWeight,
+        o0: usize,
+        packed: &[u32],
+        stride: usize,
+        q: usize,
+        pix: usize,
+        valid: usize,
+        out: *mut f32,
+        hw: usize,
+    ) {
+        const C: usize = 4;
+        let kp = w.in_ch / 2;
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let masks: [__mmask16; C] = std::array::from_fn(|c| {
+            let v = valid.saturating_sub(c * 16).min(16);
+            ((1u32 << v) - 1) as u16
+        });
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                *a = _mm512_maskz_loadu_ps(masks[c], out.add((o0 + r) * hw + pix + c * 16));
+            }
+        }
+        for k in 0..kp {
+            let base = packed.as_ptr().add(k * stride + q);
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(base.add(c * 16).cast());
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    w.pairs[(o0 + r) * kp + k] as i32,
+                ));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, a) in row.iter().enumerate() {
+                _mm512_mask_storeu_ps(out.add((o0 + r) * hw + pix + c * 16), masks[c], *a);
+            }
+        }
+    }
+
+    /// Pixels `p0..p0+n` of every output channel; `packed` holds `in/2 * n` lanes plus 64 of
+    /// slack (the last tile reads whole 64-lane groups).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn task(
+        w: &PackedWeight,
+        x: &[f32],
+        hw: usize,
+        p0: usize,
+        n: usize,
+        packed: &mut [u32],
+        out: SendPtr,
+        oc: usize,
+    ) {
+        pack(x, hw, w.in_ch, p0, n, packed);
+        let stride = n.div_ceil(16) * 16;
+        let mut q = 0;
+        while q < n {
+            let valid = (n - q).min(64);
+            // Output channels innermost: the packed 64-pixel strip stays in L1 for all of them.
+            let mut o = 0;
+            while o < oc {
+                if oc - o >= 4 {
+                    block::<4>(w, o, packed, stride, q, p0 + q, valid, out.0, hw);
+                    o += 4;
+                } else {
+                    block::<1>(w, o, packed, stride, q, p0 + q, valid, out.0, hw);
+                    o += 1;
+                }
+            }
+            q += 64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use crate::repvit::Pointwise;
+
+    fn rel(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
+        let d = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        let n = b.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        Ok((d / n).sqrt())
+    }
+
+    /// bf16 1x1 convolutions against the exact ones: odd channel counts, pixel counts that are
+    /// not multiples of 16 or span several tasks, a batch of 2, residual and GELU epilogues.
+    #[test]
+    fn matches_the_exact_conv_within_bf16_rounding() -> candle_core::Result<()> {
+        if !crate::attention_bf16::supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (n, ci, co, h, w) in [
+            (1usize, 48usize, 96usize, 40usize, 40usize),
+            (2, 24, 6, 13, 11),
+            (1, 256, 32, 64, 64),
+        ] {
+            let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, co, &dev)?;
+            let exact = Pointwise::new(&wt, &b)?;
+            let mut fast = Pointwise::new(&wt, &b)?;
+            fast.set_bf16(true);
+            let x = Tensor::randn(0f32, 1.0, (n, ci, h, w), &dev)?;
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            for (name, want, got) in [
+                ("plain", exact.forward(&x)?, fast.forward(&x)?),
+                ("gelu", exact.forward_gelu(&x)?, fast.forward_gelu(&x)?),
+                (
+                    "residual",
+                    exact.forward_add(&x, &r)?,
+                    fast.forward_add(&x, &r)?,
+                ),
+            ] {
+                let e = rel(&got, &want)?;
+                assert!(
+                    e < 1e-2 && e > 0.0,
+                    "{name} {n}x{ci}->{co} {h}x{w}: rel {e:e}"
+                );
+            }
+        }
+        Ok(())
+    }
+}
