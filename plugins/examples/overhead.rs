@@ -16,14 +16,16 @@ use std::time::{Duration, Instant};
 
 use edgetam_pipeline::{Frame, Pipeline};
 use edgetam_tracker::{EdgeTam, Prompt};
-use gst::prelude::*;
 
 fn fixture_model() -> PathBuf {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = std::env::temp_dir().join(format!("edgetam-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
-    std::fs::copy(repo.join("fixtures/image_256/config.json"), dir.join("config.json"))
-        .expect("config");
+    std::fs::copy(
+        repo.join("fixtures/image_256/config.json"),
+        dir.join("config.json"),
+    )
+    .expect("config");
     let w = repo
         .join("fixtures/model/model.safetensors")
         .canonicalize()
@@ -56,7 +58,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let model_dir = args.first().map(PathBuf::from).unwrap_or_else(fixture_model);
+    let model_dir = args
+        .first()
+        .map(PathBuf::from)
+        .unwrap_or_else(fixture_model);
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
     let (w, h) = args
         .get(2)
@@ -64,7 +69,12 @@ fn main() {
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
         .unwrap_or((640usize, 360usize));
     let frames: Vec<Vec<u8>> = (0..n).map(|t| frame(t, w, h)).collect();
-    let bx = [w as f32 / 3.0 - w as f32 / 10.0, h as f32 * 3.0 / 8.0, w as f32 / 3.0 + w as f32 / 10.0, h as f32 * 5.0 / 8.0];
+    let bx = [
+        w as f32 / 3.0 - w as f32 / 10.0,
+        h as f32 * 3.0 / 8.0,
+        w as f32 / 3.0 + w as f32 / 10.0,
+        h as f32 * 5.0 / 8.0,
+    ];
     let spec = format!("obj=1;frame=0;box={},{},{},{}", bx[0], bx[1], bx[2], bx[3]);
 
     gst::init().expect("gst");
@@ -72,8 +82,12 @@ fn main() {
     let model = Arc::new(EdgeTam::load(&model_dir, &candle_core::Device::Cpu).expect("model"));
 
     let run_library = || -> Vec<Duration> {
-        let p = Pipeline::builder(model.clone()).queue_capacity(1).build().expect("pipeline");
-        p.add_prompt(1, Prompt::from_box(bx[0], bx[1], bx[2], bx[3])).expect("prompt");
+        let p = Pipeline::builder(model.clone())
+            .queue_capacity(1)
+            .build()
+            .expect("pipeline");
+        p.add_prompt(1, Prompt::from_box(bx[0], bx[1], bx[2], bx[3]))
+            .expect("prompt");
         frames
             .iter()
             .map(|f| {
@@ -92,13 +106,17 @@ fn main() {
             .build()
             .expect("element");
         let mut hn = gst_check::Harness::with_element(&el, Some("sink"), Some("src"));
-        hn.set_src_caps_str(&format!("video/x-raw,format=RGB,width={w},height={h},framerate=30/1"));
+        hn.set_src_caps_str(&format!(
+            "video/x-raw,format=RGB,width={w},height={h},framerate=30/1"
+        ));
         frames
             .iter()
             .enumerate()
             .map(|(i, f)| {
                 let mut b = gst::Buffer::from_slice(f.clone());
-                b.get_mut().expect("w").set_pts(gst::ClockTime::from_mseconds(33 * i as u64));
+                b.get_mut()
+                    .expect("w")
+                    .set_pts(gst::ClockTime::from_mseconds(33 * i as u64));
                 let t = Instant::now();
                 let out = hn.push_and_pull(b).expect("buffer");
                 let d = t.elapsed();

@@ -75,9 +75,7 @@ fn plane<'a>(
 /// The frame's pixels as a pipeline frame: packed formats borrow plane 0 with its stride
 /// (the pipeline copies it once on `push`); NV12 / I420 are packed into the pipeline's
 /// contiguous layout (one copy, whatever the buffer's plane offsets and strides).
-pub fn to_frame<'a>(
-    frame: &'a VideoFrameRef<&gst::BufferRef>,
-) -> Result<Frame<'a>, ConvertError> {
+pub fn to_frame<'a>(frame: &'a VideoFrameRef<&gst::BufferRef>) -> Result<Frame<'a>, ConvertError> {
     let format = frame.format();
     let (w, h) = (frame.width(), frame.height());
     check_format(format, w, h)?;

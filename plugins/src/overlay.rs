@@ -140,7 +140,11 @@ pub fn draw(
     let mut raw: Vec<(*mut u8, usize, usize)> = Vec::new();
     for p in 0..n_planes {
         match frame.plane_data_mut(p) {
-            Ok(d) => raw.push((d.as_mut_ptr(), d.len(), strides.get(p as usize).copied().unwrap_or(0))),
+            Ok(d) => raw.push((
+                d.as_mut_ptr(),
+                d.len(),
+                strides.get(p as usize).copied().unwrap_or(0),
+            )),
             Err(_) => return,
         }
     }

@@ -106,15 +106,30 @@ fn inspect_lists_every_property_and_signal() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for p in PROPERTIES {
-        assert!(out.contains(&format!("  {p}")), "property {p} missing:\n{out}");
+        assert!(
+            out.contains(&format!("  {p}")),
+            "property {p} missing:\n{out}"
+        );
     }
-    for s in ["add-box", "add-points", "add-prompt", "remove-object", "reset"] {
-        assert!(out.contains(&format!("\"{s}\"")), "signal {s} missing:\n{out}");
+    for s in [
+        "add-box",
+        "add-points",
+        "add-prompt",
+        "remove-object",
+        "reset",
+    ] {
+        assert!(
+            out.contains(&format!("\"{s}\"")),
+            "signal {s} missing:\n{out}"
+        );
     }
     for caps in ["NV12", "I420", "BGRx", "RGBA", "RGB"] {
         assert!(out.contains(caps), "format {caps} missing");
     }
-    assert!(out.contains("Default: 16") && out.contains("Range: 1 - 1024"), "{out}");
+    assert!(
+        out.contains("Default: 16") && out.contains("Range: 1 - 1024"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -160,9 +175,18 @@ fn png_frames_match_the_library_api() {
         for (g, w) in got.iter().zip(&want.objects) {
             assert_eq!(g.get::<u32>("id").expect("id"), w.id);
             assert_eq!(g.get::<bool>("visible").expect("visible"), w.visible);
-            assert_eq!(g.get::<u64>("area").expect("area"), w.area as u64, "frame {i} obj {}", w.id);
+            assert_eq!(
+                g.get::<u64>("area").expect("area"),
+                w.area as u64,
+                "frame {i} obj {}",
+                w.id
+            );
             let score = g.get::<f32>("score").expect("score");
-            assert!((score - w.score).abs() <= 1e-4 * w.score.abs().max(1.0), "{score} vs {}", w.score);
+            assert!(
+                (score - w.score).abs() <= 1e-4 * w.score.abs().max(1.0),
+                "{score} vs {}",
+                w.score
+            );
             let [x0, y0, x1, y1] = w.bbox.unwrap_or_default();
             let b = ["x", "y", "width", "height"].map(|k| g.get::<u32>(k).expect("box"));
             if w.bbox.is_some() {
@@ -177,6 +201,9 @@ fn missing_model_fails_with_a_clear_error() {
     let o = launch("videotestsrc num-buffers=2 ! edgetamtrack model=/no/such/model ! fakesink");
     assert!(!o.status.success(), "{}", text(&o));
     let all = text(&o);
-    assert!(all.contains("/no/such/model") && all.contains("does not exist"), "{all}");
+    assert!(
+        all.contains("/no/such/model") && all.contains("does not exist"),
+        "{all}"
+    );
     assert!(!all.contains("panicked"), "{all}");
 }

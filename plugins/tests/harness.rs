@@ -79,19 +79,29 @@ fn rois(buf: &gst::BufferRef) -> Vec<(i32, (u32, u32, u32, u32), gst::Structure)
         .collect()
 }
 
-/// Element messages `edgetam-tracking` waiting on the bus, in order.
+/// Element messages `edgetam-tracking` waiting on the bus, in order (other messages are
+/// dropped).
 fn tracking_messages(bus: &gst::Bus) -> Vec<gst::Structure> {
-    let mut out = Vec::new();
+    drain(bus).0
+}
+
+/// Every message waiting on the bus: the `edgetam-tracking` structures and the warning texts.
+fn drain(bus: &gst::Bus) -> (Vec<gst::Structure>, Vec<String>) {
+    let (mut tracking, mut warnings) = (Vec::new(), Vec::new());
     while let Some(m) = bus.pop() {
-        if let gst::MessageView::Element(e) = m.view() {
-            if let Some(s) = e.structure() {
-                if s.name() == results::MESSAGE_NAME {
-                    out.push(s.to_owned());
+        match m.view() {
+            gst::MessageView::Element(e) => {
+                if let Some(s) = e.structure() {
+                    if s.name() == results::MESSAGE_NAME {
+                        tracking.push(s.to_owned());
+                    }
                 }
             }
+            gst::MessageView::Warning(w) => warnings.push(w.error().to_string()),
+            _ => {}
         }
     }
-    out
+    (tracking, warnings)
 }
 
 /// Object ids of a tracking message.
@@ -113,9 +123,7 @@ fn messages_of(bus: &gst::Bus, kind: gst::MessageType) -> Vec<String> {
     while let Some(m) = bus.pop_filtered(&[kind]) {
         match m.view() {
             gst::MessageView::Warning(w) => out.push(w.error().to_string()),
-            gst::MessageView::Error(e) => {
-                out.push(format!("{} ({:?})", e.error(), e.debug()))
-            }
+            gst::MessageView::Error(e) => out.push(format!("{} ({:?})", e.error(), e.debug())),
             _ => {}
         }
     }
@@ -133,13 +141,32 @@ fn metas_and_masks_equal_the_library_api() {
         // overlay=none: pixels untouched.
         assert_eq!(&*out.map_readable().expect("map"), &f[..]);
         let got = rois(&out);
-        let visible: Vec<_> = want.objects.iter().filter(|o| o.visible && o.bbox.is_some()).collect();
-        assert!(!visible.is_empty(), "frame {i}: the fixture must show an object");
-        assert_eq!(got.len(), visible.len(), "frame {i}: one ROI per visible object");
+        let visible: Vec<_> = want
+            .objects
+            .iter()
+            .filter(|o| o.visible && o.bbox.is_some())
+            .collect();
+        assert!(
+            !visible.is_empty(),
+            "frame {i}: the fixture must show an object"
+        );
+        assert_eq!(
+            got.len(),
+            visible.len(),
+            "frame {i}: one ROI per visible object"
+        );
         for ((id, rect, p), o) in got.iter().zip(&visible) {
             assert_eq!(*id as u32, o.id);
             let [x0, y0, x1, y1] = o.bbox.expect("box");
-            assert_eq!(*rect, (x0 as u32, y0 as u32, (x1 - x0 + 1) as u32, (y1 - y0 + 1) as u32));
+            assert_eq!(
+                *rect,
+                (
+                    x0 as u32,
+                    y0 as u32,
+                    (x1 - x0 + 1) as u32,
+                    (y1 - y0 + 1) as u32
+                )
+            );
             assert_eq!(p.get::<u32>("id").expect("id"), o.id);
             assert_eq!(p.get::<f32>("score").expect("score"), o.score);
             assert!(p.get::<bool>("visible").expect("visible"));
@@ -160,8 +187,14 @@ fn metas_and_masks_equal_the_library_api() {
     for (i, (m, want)) in msgs.iter().zip(&expected).enumerate() {
         assert_eq!(m.get::<u64>("frame").expect("frame"), i as u64);
         assert_eq!(m.get::<u64>("pts").expect("pts"), 100_000_000 * i as u64);
-        assert_eq!(m.get::<u64>("running-time").expect("rt"), 100_000_000 * i as u64);
-        assert_eq!(ids(m), want.objects.iter().map(|o| o.id).collect::<Vec<_>>());
+        assert_eq!(
+            m.get::<u64>("running-time").expect("rt"),
+            100_000_000 * i as u64
+        );
+        assert_eq!(
+            ids(m),
+            want.objects.iter().map(|o| o.id).collect::<Vec<_>>()
+        );
     }
     // Statistics and the LATENCY query.
     let el = track_element(&h);
@@ -190,11 +223,19 @@ fn other_formats_are_tracked() {
                 .get::<gst::Array>("objects")
                 .expect("objects")
                 .iter()
-                .filter(|v| v.get::<gst::Structure>().expect("s").get::<bool>("visible").expect("v"))
+                .filter(|v| {
+                    v.get::<gst::Structure>()
+                        .expect("s")
+                        .get::<bool>("visible")
+                        .expect("v")
+                })
                 .count();
             assert_eq!(rois(&out).len(), visible, "{format}");
         }
-        assert!(messages_of(&bus, gst::MessageType::Error).is_empty(), "{format}");
+        assert!(
+            messages_of(&bus, gst::MessageType::Error).is_empty(),
+            "{format}"
+        );
     }
 }
 
@@ -238,7 +279,10 @@ fn signals_add_remove_and_reset() {
     assert!(!el.emit_by_name::<bool>("add-points", &[&2u32, &"1,2"]));
     assert!(!el.emit_by_name::<bool>("add-prompt", &[&"obj=1;bx=1,2,3,4"]));
     let warnings = messages_of(&bus, gst::MessageType::Warning);
-    assert!(warnings.iter().any(|w| w.contains("bx=1,2,3,4")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains("bx=1,2,3,4")),
+        "{warnings:?}"
+    );
 }
 
 #[test]
@@ -272,7 +316,9 @@ fn custom_events_carry_prompts_both_ways() {
     assert_eq!(got, [vec![], vec![1], vec![1, 2]]);
     // The element consumes its events: nothing reached the harness's source.
     while let Some(ev) = h.try_pull_upstream_event() {
-        assert!(ev.structure().is_none_or(|s| s.name() != results::PROMPT_EVENT));
+        assert!(ev
+            .structure()
+            .is_none_or(|s| s.name() != results::PROMPT_EVENT));
     }
 }
 
@@ -313,11 +359,13 @@ fn new_resolution_resets_tracking_with_a_warning() {
     let small = vec![90u8; 120 * 80 * 3];
     let out = h.push_and_pull(buffer(&small, 1)).expect("out");
     assert!(rois(&out).is_empty());
-    let got: Vec<Vec<u32>> = tracking_messages(&bus).iter().map(ids).collect();
+    let (tracking, warnings) = drain(&bus);
+    let got: Vec<Vec<u32>> = tracking.iter().map(ids).collect();
     assert_eq!(got, [vec![1, 2], vec![]]);
-    let warnings = messages_of(&bus, gst::MessageType::Warning);
     assert!(
-        warnings.iter().any(|w| w.contains("240x160 to 120x80") && w.contains("reset")),
+        warnings
+            .iter()
+            .any(|w| w.contains("240x160 to 120x80") && w.contains("reset")),
         "{warnings:?}"
     );
     let _ = frames;
@@ -350,13 +398,18 @@ fn live_mode_skips_buffers_qos_reports_late() {
 
 fn start_error(props: &[(&str, &str)]) -> String {
     init();
-    let el = gst::ElementFactory::make("edgetamtrack").build().expect("element");
+    let el = gst::ElementFactory::make("edgetamtrack")
+        .build()
+        .expect("element");
     for (k, v) in props {
         el.set_property_from_str(k, v);
     }
     let bus = gst::Bus::new();
     el.set_bus(Some(&bus));
-    assert!(el.set_state(gst::State::Paused).is_err(), "must fail: {props:?}");
+    assert!(
+        el.set_state(gst::State::Paused).is_err(),
+        "must fail: {props:?}"
+    );
     let _ = el.set_state(gst::State::Null);
     let errors = messages_of(&bus, gst::MessageType::Error);
     assert_eq!(errors.len(), 1, "{errors:?}");
@@ -368,12 +421,18 @@ fn missing_or_bad_model_fails_the_state_change() {
     let e = start_error(&[]);
     assert!(e.contains("no model"), "{e}");
     let e = start_error(&[("model", "/no/such/edgetam")]);
-    assert!(e.contains("/no/such/edgetam") && e.contains("does not exist"), "{e}");
+    assert!(
+        e.contains("/no/such/edgetam") && e.contains("does not exist"),
+        "{e}"
+    );
     let bad = tmp("bad_model");
     std::fs::write(bad.join("config.json"), b"{ not json").expect("write");
     std::fs::write(bad.join("model.safetensors"), b"nope").expect("write");
     let e = start_error(&[("model", bad.to_str().expect("utf-8"))]);
-    assert!(e.contains("cannot load model") && e.contains(bad.to_str().expect("p")), "{e}");
+    assert!(
+        e.contains("cannot load model") && e.contains(bad.to_str().expect("p")),
+        "{e}"
+    );
     let dir = model_dir();
     let e = start_error(&[
         ("model", dir.to_str().expect("utf-8")),

@@ -10,8 +10,8 @@ use edgetam_tracker::{parse_device, EdgeTam, FrameResult, Mask, ObjectPrompt, Pr
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
+use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
-use gst_video::prelude::*;
 use gst_video::subclass::prelude::*;
 
 use super::Overlay;
@@ -145,19 +145,24 @@ fn read_mask(path: &Path) -> Result<Mask, String> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     let mask = Mask::new(w, h, img.into_raw()).map_err(|e| e.to_string())?;
     if mask.area() == 0 {
-        return Err(format!("mask {} is empty (no nonzero pixel)", path.display()));
+        return Err(format!(
+            "mask {} is empty (no nonzero pixel)",
+            path.display()
+        ));
     }
     Ok(mask)
 }
 
 fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, StartError> {
     match (&spec.mask, spec.points_prompt()) {
-        (Some(path), _) => read_mask(path)
-            .map(ObjectPrompt::Mask)
-            .map_err(|message| StartError::MaskFile {
-                obj: spec.obj,
-                message,
-            }),
+        (Some(path), _) => {
+            read_mask(path)
+                .map(ObjectPrompt::Mask)
+                .map_err(|message| StartError::MaskFile {
+                    obj: spec.obj,
+                    message,
+                })
+        }
         (None, Some(p)) => Ok(ObjectPrompt::Points(p)),
         (None, None) => Ok(ObjectPrompt::Points(Prompt::default())),
     }
@@ -229,7 +234,11 @@ impl EdgeTamTrack {
                     }
                 }
                 if !known.contains(obj) && known.len() >= max {
-                    gst::warning!(CAT, imp = self, "max-objects ({max}) reached: object {obj} refused");
+                    gst::warning!(
+                        CAT,
+                        imp = self,
+                        "max-objects ({max}) reached: object {obj} refused"
+                    );
                     return false;
                 }
             }
@@ -246,7 +255,7 @@ impl EdgeTamTrack {
                     gst::element_imp_warning!(
                         self,
                         gst::LibraryError::Settings,
-                        ["max-objects ({max}) reached: the prompt for object {obj} is refused"]
+                        ("max-objects ({max}) reached: the prompt for object {obj} is refused")
                     );
                     return false;
                 }
@@ -268,7 +277,7 @@ impl EdgeTamTrack {
         match r {
             Ok(()) => true,
             Err(e) => {
-                gst::element_imp_warning!(self, gst::LibraryError::Settings, ["{e}"]);
+                gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{e}"));
                 false
             }
         }
@@ -284,7 +293,7 @@ impl EdgeTamTrack {
                 gst::element_imp_warning!(
                     self,
                     gst::LibraryError::Settings,
-                    ["prompt `{spec}` refused: {e}"]
+                    ("prompt `{spec}` refused: {e}")
                 );
                 false
             }
@@ -299,14 +308,15 @@ impl EdgeTamTrack {
             .map(|p| edgetam_pipeline::prompt_spec::parse_point(p, "point"))
             .collect();
         match parsed {
-            Ok(p) if !p.is_empty() => {
-                self.command(Command::Add(obj, ObjectPrompt::Points(Prompt::from_points(p))))
-            }
+            Ok(p) if !p.is_empty() => self.command(Command::Add(
+                obj,
+                ObjectPrompt::Points(Prompt::from_points(p)),
+            )),
             Ok(_) => {
                 gst::element_imp_warning!(
                     self,
                     gst::LibraryError::Settings,
-                    ["add-points for object {obj}: no point given (expected `x,y,label;...`)"]
+                    ("add-points for object {obj}: no point given (expected `x,y,label;...`)")
                 );
                 false
             }
@@ -314,7 +324,7 @@ impl EdgeTamTrack {
                 gst::element_imp_warning!(
                     self,
                     gst::LibraryError::Settings,
-                    ["add-points for object {obj}: {e}"]
+                    ("add-points for object {obj}: {e}")
                 );
                 false
             }
@@ -337,11 +347,11 @@ impl EdgeTamTrack {
             Err(e) => gst::element_imp_warning!(
                 self,
                 gst::LibraryError::Settings,
-                [
+                (
                     "{} event without a string field `{}`: {e}",
                     results::PROMPT_EVENT,
                     results::PROMPT_EVENT_SPEC
-                ]
+                )
             ),
         }
         true
@@ -416,7 +426,12 @@ impl EdgeTamTrack {
             }
         };
         if post {
-            gst::debug!(CAT, imp = self, "processing latency now {}", lock(&self.stats).latency);
+            gst::debug!(
+                CAT,
+                imp = self,
+                "processing latency now {}",
+                lock(&self.stats).latency
+            );
             let _ = self
                 .obj()
                 .post_message(gst::message::Latency::builder().src(&*self.obj()).build());
@@ -458,8 +473,7 @@ impl EdgeTamTrack {
                 .field("mask-height", o.mask.height as u32)
                 .field("frame", r.frame_index)
                 .build();
-            let mut meta =
-                gst_video::VideoRegionOfInterestMeta::add(buf, results::ROI_TYPE, rect);
+            let mut meta = gst_video::VideoRegionOfInterestMeta::add(buf, results::ROI_TYPE, rect);
             meta.set_id(i32::try_from(o.id).unwrap_or(i32::MAX));
             meta.add_param(param);
             #[cfg(feature = "v1_24")]
@@ -508,9 +522,7 @@ impl EdgeTamTrack {
             .field("processing-time", clock_time(elapsed).nseconds())
             .field("objects", gst::Array::from_values(objects))
             .build();
-        gst::message::Element::builder(s)
-            .src(&*self.obj())
-            .build()
+        gst::message::Element::builder(s).src(&*self.obj()).build()
     }
 }
 
@@ -521,7 +533,11 @@ mod analytics {
     use gst_analytics::prelude::*;
     use gst_analytics::{AnalyticsODMtd, AnalyticsRelationMeta, AnalyticsTrackingMtd};
 
-    pub(super) fn add(buf: &mut gst::BufferRef, o: &edgetam_tracker::ObjectResult, r: (u32, u32, u32, u32)) {
+    pub(super) fn add(
+        buf: &mut gst::BufferRef,
+        o: &edgetam_tracker::ObjectResult,
+        r: (u32, u32, u32, u32),
+    ) {
         let mut meta = match AnalyticsRelationMeta::get_mut(buf) {
             Some(m) => m,
             None => AnalyticsRelationMeta::add(buf),
@@ -557,7 +573,7 @@ impl ObjectImpl for EdgeTamTrack {
     fn constructed(&self) {
         self.parent_constructed();
         // `GstVideoFilter` turns QoS on; dropping buffers is opt-in here (`qos` or `live-mode`).
-        self.obj().set_qos_enabled(false);
+        self.obj().set_qos(false);
     }
 
     fn properties() -> &'static [glib::ParamSpec] {
@@ -658,7 +674,11 @@ impl ObjectImpl for EdgeTamTrack {
                 let p: Option<String> = value.get().ok().flatten();
                 if let Some(text) = &p {
                     if let Err(e) = PromptSpec::parse_list(text) {
-                        gst::error!(CAT, imp = self, "bad prompts `{text}`: {e} (the element will not start)");
+                        gst::error!(
+                            CAT,
+                            imp = self,
+                            "bad prompts `{text}`: {e} (the element will not start)"
+                        );
                     }
                 }
                 s.prompts = p;
@@ -681,11 +701,7 @@ impl ObjectImpl for EdgeTamTrack {
         }
         let s = lock(&self.settings);
         match pspec.name() {
-            "model" => s
-                .model
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .to_value(),
+            "model" => s.model.as_ref().map(|p| p.display().to_string()).to_value(),
             "device" => s.device.to_value(),
             "prompts" => s.prompts.to_value(),
             "encoder-ahead" => s.encoder_ahead.to_value(),
@@ -723,7 +739,10 @@ impl ObjectImpl for EdgeTamTrack {
                                 .ok()?;
                             let (x0, y0, x1, y1) = (c[0], c[1], c[2], c[3]);
                             let prompt = Prompt::from_box(x0, y0, x1, y1);
-                            Some(el.imp().command(Command::Add(obj, ObjectPrompt::Points(prompt))))
+                            Some(
+                                el.imp()
+                                    .command(Command::Add(obj, ObjectPrompt::Points(prompt))),
+                            )
                         })();
                         Some(ok.unwrap_or(false).to_value())
                     })
@@ -736,7 +755,11 @@ impl ObjectImpl for EdgeTamTrack {
                         let ok = (|| {
                             let el = this(args)?;
                             let obj = args.get(1)?.get::<u32>().ok()?;
-                            let points = args.get(2)?.get::<Option<String>>().ok()?.unwrap_or_default();
+                            let points = args
+                                .get(2)?
+                                .get::<Option<String>>()
+                                .ok()?
+                                .unwrap_or_default();
                             Some(el.imp().add_points(obj, &points))
                         })();
                         Some(ok.unwrap_or(false).to_value())
@@ -749,7 +772,11 @@ impl ObjectImpl for EdgeTamTrack {
                     .class_handler(|args| {
                         let ok = (|| {
                             let el = this(args)?;
-                            let spec = args.get(1)?.get::<Option<String>>().ok()?.unwrap_or_default();
+                            let spec = args
+                                .get(1)?
+                                .get::<Option<String>>()
+                                .ok()?
+                                .unwrap_or_default();
                             Some(el.imp().add_spec(&spec))
                         })();
                         Some(ok.unwrap_or(false).to_value())
@@ -837,7 +864,7 @@ impl BaseTransformImpl for EdgeTamTrack {
                 StartError::MissingModel { .. } => gst::ResourceError::NotFound,
                 _ => gst::ResourceError::OpenRead,
             };
-            gst::error_msg!(kind, ["{e}"])
+            gst::error_msg!(kind, ("{e}"))
         })?;
         let early: Vec<Command> = std::mem::take(&mut *lock(&self.early));
         for c in early {
@@ -922,7 +949,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         let (pipeline, info, index) = {
             let mut guard = lock(&self.state);
             let Some(state) = guard.as_mut() else {
-                gst::element_imp_error!(self, gst::CoreError::Failed, ["not started"]);
+                gst::element_imp_error!(self, gst::CoreError::Failed, ("not started"));
                 return Err(gst::FlowError::Error);
             };
             let Some(info) = state.info.clone() else {
@@ -935,7 +962,11 @@ impl BaseTransformImpl for EdgeTamTrack {
                 .partition(|(f, _, _)| *f == index);
             state.scheduled = later.into_iter().filter(|(f, _, _)| *f > index).collect();
             for (_, obj, prompt) in due {
-                self.apply(state, Command::Add(obj, prompt), settings.max_objects as usize);
+                self.apply(
+                    state,
+                    Command::Add(obj, prompt),
+                    settings.max_objects as usize,
+                );
             }
             (state.pipeline.clone(), info, index)
         };
@@ -945,34 +976,46 @@ impl BaseTransformImpl for EdgeTamTrack {
         }
         let t = Instant::now();
         {
-            let vframe = gst_video::VideoFrameRef::from_buffer_ref_readable(&*buf, &info)
-                .map_err(|e| {
-                    gst::element_imp_error!(self, gst::CoreError::Failed, ["cannot map the buffer: {e}"]);
+            let vframe =
+                gst_video::VideoFrameRef::from_buffer_ref_readable(&*buf, &info).map_err(|e| {
+                    gst::element_imp_error!(
+                        self,
+                        gst::CoreError::Failed,
+                        ("cannot map the buffer: {e}")
+                    );
                     gst::FlowError::Error
                 })?;
             let mut frame = convert::to_frame(&vframe).map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+                gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
                 gst::FlowError::Error
             })?;
             if let Some(pts) = buf.pts() {
                 frame = frame.with_timestamp(Duration::from_nanos(pts.nseconds()));
             }
             pipeline.push(frame).map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Failed, ["tracking pipeline: {e}"]);
+                gst::element_imp_error!(self, gst::StreamError::Failed, ("tracking pipeline: {e}"));
                 gst::FlowError::Error
             })?;
         }
         let out = pipeline.recv().map_err(|e| {
-            gst::element_imp_error!(self, gst::StreamError::Failed, ["tracking pipeline: {e}"]);
+            gst::element_imp_error!(self, gst::StreamError::Failed, ("tracking pipeline: {e}"));
             gst::FlowError::Error
         })?;
         for e in &out.command_errors {
-            gst::element_imp_warning!(self, gst::LibraryError::Settings, ["prompt refused on buffer {index}: {e}"]);
+            gst::element_imp_warning!(
+                self,
+                gst::LibraryError::Settings,
+                ("prompt refused on buffer {index}: {e}")
+            );
         }
         let result = match out.outcome {
             Outcome::Tracked(r) => r,
             Outcome::Failed(e) => {
-                gst::element_imp_warning!(self, gst::StreamError::Failed, ["buffer {index} not tracked: {e}"]);
+                gst::element_imp_warning!(
+                    self,
+                    gst::StreamError::Failed,
+                    ("buffer {index} not tracked: {e}")
+                );
                 return Ok(gst::FlowSuccess::Ok);
             }
             Outcome::Dropped => return Ok(gst::FlowSuccess::Ok),
@@ -1003,7 +1046,13 @@ impl BaseTransformImpl for EdgeTamTrack {
             let _ = self.obj().post_message(msg);
         }
         self.record(elapsed);
-        gst::trace!(CAT, imp = self, "buffer {index}: {} objects in {:?}", result.objects.len(), elapsed);
+        gst::trace!(
+            CAT,
+            imp = self,
+            "buffer {index}: {} objects in {:?}",
+            result.objects.len(),
+            elapsed
+        );
         Ok(gst::FlowSuccess::Ok)
     }
 }
@@ -1020,13 +1069,16 @@ impl VideoFilterImpl for EdgeTamTrack {
             gst::element_imp_error!(
                 self,
                 gst::CoreError::Negotiation,
-                ["{e}: put videoconvert / videoscale in front of edgetamtrack"]
+                ("{e}: put videoconvert / videoscale in front of edgetamtrack")
             );
             return Err(gst::loggable_error!(CAT, "unsupported caps {incaps}: {e}"));
         }
         let mut guard = lock(&self.state);
         let Some(state) = guard.as_mut() else {
-            return Err(gst::loggable_error!(CAT, "caps set before the element started"));
+            return Err(gst::loggable_error!(
+                CAT,
+                "caps set before the element started"
+            ));
         };
         if let Some(old) = &state.info {
             if (old.width(), old.height()) != (in_info.width(), in_info.height()) {
@@ -1043,7 +1095,7 @@ impl VideoFilterImpl for EdgeTamTrack {
                     gst::warning!(CAT, imp = self, "reset failed: {e}");
                 }
                 drop(guard);
-                gst::element_imp_warning!(self, gst::StreamError::Format, ["{msg}"]);
+                gst::element_imp_warning!(self, gst::StreamError::Format, ("{msg}"));
                 guard = lock(&self.state);
             }
         }

@@ -12,7 +12,8 @@ use edgetam_tracker::{EdgeTam, FrameResult, ObjectPrompt};
 pub const W: usize = 240;
 pub const H: usize = 160;
 /// Object 1: a box; object 2: a positive and a negative point (both visible on frames 0-8).
-pub const PROMPTS: &str = "obj=1;frame=0;box=35,57,93,108|obj=2;frame=0;point=65,50,1;point=125,119,0";
+pub const PROMPTS: &str =
+    "obj=1;frame=0;box=35,57,93,108|obj=2;frame=0;point=65,50,1;point=125,119,0";
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -67,7 +68,9 @@ pub fn model() -> Arc<EdgeTam> {
 pub fn frames(n: usize) -> Vec<Vec<u8>> {
     let path = repo().join("fixtures/sequence_256/sequence.safetensors");
     let tensors = candle_core::safetensors::load(path, &Device::Cpu).expect("sequence");
-    let frames = tensors["frames"].to_dtype(candle_core::DType::U8).expect("u8");
+    let frames = tensors["frames"]
+        .to_dtype(candle_core::DType::U8)
+        .expect("u8");
     (0..n)
         .map(|i| {
             frames
@@ -87,7 +90,8 @@ pub fn library(frames: &[Vec<u8>], prompts: &str) -> Vec<FrameResult> {
     for (i, f) in frames.iter().enumerate() {
         for s in specs.iter().filter(|s| s.frame == i) {
             let prompt = s.points_prompt().expect("box/points prompt");
-            p.add_prompt(s.obj, ObjectPrompt::Points(prompt)).expect("prompt");
+            p.add_prompt(s.obj, ObjectPrompt::Points(prompt))
+                .expect("prompt");
         }
         p.push(Frame::rgb8(&f[..], W, H)).expect("push");
         out.push(p.recv().expect("recv").result().expect("tracked").clone());
