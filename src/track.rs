@@ -19,9 +19,7 @@ use serde::Serialize;
 use edgetam::draw;
 use edgetam::natural_cmp;
 
-use crate::{
-    image_size, load_model, open_image, read_rgb, save_mask_png, ModelArgs,
-};
+use crate::{image_size, load_model, open_image, read_rgb, save_mask_png, ModelArgs};
 
 /// File extensions (any case) taken as frames.
 const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];

@@ -217,7 +217,9 @@ mod tests {
         assert!(p.points_prompt().is_some());
         let e = PromptSpec::parse("obj=1;frame=0;bx=1,2,3,4").unwrap_err();
         assert!(matches!(&e, PromptSpecError::BadToken { token, .. } if token == "bx=1,2,3,4"));
-        let e = PromptSpec::parse("obj=1;point=1,2,5").unwrap_err().to_string();
+        let e = PromptSpec::parse("obj=1;point=1,2,5")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("label"), "{e}");
         assert_eq!(
             PromptSpec::parse("frame=0;box=1,2,3,4"),

@@ -65,8 +65,11 @@ fn buffer(data: &[u8], i: u64) -> gst::Buffer {
     b
 }
 
-/// The `edgetam` ROI metas of a buffer: (id, rect, param).
-fn rois(buf: &gst::BufferRef) -> Vec<(i32, (u32, u32, u32, u32), gst::Structure)> {
+/// One `edgetam` ROI meta: id, rect (x, y, w, h), param structure.
+type Roi = (i32, (u32, u32, u32, u32), gst::Structure);
+
+/// The `edgetam` ROI metas of a buffer.
+fn rois(buf: &gst::BufferRef) -> Vec<Roi> {
     buf.iter_meta::<gst_video::VideoRegionOfInterestMeta>()
         .filter(|m| m.roi_type() == results::ROI_TYPE)
         .map(|m| {

@@ -476,9 +476,9 @@ impl EdgeTamTrack {
             let mut meta = gst_video::VideoRegionOfInterestMeta::add(buf, results::ROI_TYPE, rect);
             meta.set_id(i32::try_from(o.id).unwrap_or(i32::MAX));
             meta.add_param(param);
-            #[cfg(feature = "v1_24")]
-            analytics::add(buf, o, rect);
         }
+        #[cfg(feature = "v1_24")]
+        analytics::add(buf, &r.objects);
     }
 
     fn message(
@@ -528,33 +528,38 @@ impl EdgeTamTrack {
 
 #[cfg(feature = "v1_24")]
 mod analytics {
-    //! Analytics relation meta (GStreamer >= 1.24): one object-detection Mtd and one tracking
-    //! Mtd per visible object, related to each other.
+    //! Analytics relation meta (GStreamer >= 1.24): per visible object one object-detection
+    //! Mtd (type `edgetam`, the box, confidence = sigmoid of the object score) and one
+    //! tracking Mtd (tracking id = object id; first-seen is not tracked: 0), related to each
+    //! other with `RELATE_TO`.
     use gst_analytics::prelude::*;
-    use gst_analytics::{AnalyticsODMtd, AnalyticsRelationMeta, AnalyticsTrackingMtd};
+    use gst_analytics::{AnalyticsRelationMeta, RelTypes};
 
-    pub(super) fn add(
-        buf: &mut gst::BufferRef,
-        o: &edgetam_tracker::ObjectResult,
-        r: (u32, u32, u32, u32),
-    ) {
-        let mut meta = match AnalyticsRelationMeta::get_mut(buf) {
-            Some(m) => m,
-            None => AnalyticsRelationMeta::add(buf),
-        };
-        let quark = glib::Quark::from_str(super::results::ROI_TYPE);
-        let conf = 1.0 / (1.0 + (-o.score).exp());
-        let od = meta.add_od_mtd(quark, r.0 as i32, r.1 as i32, r.2 as i32, r.3 as i32, conf);
-        let trk = meta.add_tracking_mtd(o.id as u64, gst::ClockTime::ZERO);
-        if let (Ok(od), Ok(trk)) = (od, trk) {
-            let (od, trk) = (od.id(), trk.id());
-            let _ = meta.set_relation(gst_analytics::RelTypes::RELATE_TO, od, trk);
+    pub(super) fn add(buf: &mut gst::BufferRef, objects: &[edgetam_tracker::ObjectResult]) {
+        let visible: Vec<_> = objects
+            .iter()
+            .filter(|o| o.visible)
+            .filter_map(|o| Some((o, o.bbox?)))
+            .collect();
+        if visible.is_empty() {
+            return;
+        }
+        let mut meta = AnalyticsRelationMeta::add(buf);
+        let quark = gst::glib::Quark::from_str(crate::results::ROI_TYPE);
+        for (o, [x0, y0, x1, y1]) in visible {
+            let conf = 1.0 / (1.0 + (-o.score).exp());
+            let (w, h) = ((x1 - x0 + 1) as i32, (y1 - y0 + 1) as i32);
+            let od = match meta.add_od_mtd(quark, x0 as i32, y0 as i32, w, h, conf) {
+                Ok(m) => m.id(),
+                Err(_) => continue,
+            };
+            let trk = match meta.add_tracking_mtd(u64::from(o.id), gst::ClockTime::ZERO) {
+                Ok(m) => m.id(),
+                Err(_) => continue,
+            };
+            let _ = meta.set_relation(RelTypes::RELATE_TO, od, trk);
         }
     }
-
-    use gst::glib;
-    #[allow(unused_imports)]
-    use {AnalyticsODMtd as _, AnalyticsTrackingMtd as _};
 }
 
 #[glib::object_subclass]
@@ -904,10 +909,10 @@ impl BaseTransformImpl for EdgeTamTrack {
 
     fn src_event(&self, event: gst::Event) -> bool {
         match event.view() {
-            gst::EventView::CustomUpstream(_) | gst::EventView::CustomBoth(_) => {
-                if self.prompt_event(&event) {
-                    return true;
-                }
+            gst::EventView::CustomUpstream(_) | gst::EventView::CustomBoth(_)
+                if self.prompt_event(&event) =>
+            {
+                return true;
             }
             gst::EventView::Qos(q) => {
                 let (_type, _proportion, diff, timestamp) = q.get();
