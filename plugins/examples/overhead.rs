@@ -1,8 +1,8 @@
 //! Per-frame cost of `edgetamtrack` against the library `Pipeline` on the same frames, in one
-//! run (alternating rounds, medians).
+//! run (the two in lockstep, frame by frame; medians).
 //!
 //! ```sh
-//! cargo run --release -p gst-plugin-edgetam --example overhead -- [MODEL_DIR] [FRAMES] [WxH]
+//! cargo run --release -p gst-plugin-edgetam --example overhead -- [MODEL_DIR|""] [FRAMES] [WxH]
 //! ```
 //!
 //! Without MODEL_DIR it builds a 256-input model folder from the test fixtures (random
@@ -60,6 +60,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let model_dir = args
         .first()
+        .filter(|s| !s.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(fixture_model);
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
@@ -81,78 +82,102 @@ fn main() {
     gstedgetam::plugin_register_static().expect("plugin");
     let model = Arc::new(EdgeTam::load(&model_dir, &candle_core::Device::Cpu).expect("model"));
 
-    let run_library = || -> Vec<Duration> {
-        let p = Pipeline::builder(model.clone())
-            .queue_capacity(1)
-            .build()
-            .expect("pipeline");
-        p.add_prompt(1, Prompt::from_box(bx[0], bx[1], bx[2], bx[3]))
+    lockstep(&model, &model_dir, &frames, (w, h), Some(bx), &spec);
+    // Without objects the tracker skips the model: what is left is each side's handling of a
+    // frame (copy, conversion, queue hand-off; for the element also mapping and caps).
+    lockstep(&model, &model_dir, &frames, (w, h), None, &spec);
+}
+
+/// Runs the library pipeline and the element in lockstep on the same frames (which one goes
+/// first alternates per frame, so the load of a shared machine hits them alike) and prints
+/// medians and the median per-frame difference. `bx`: the box prompt on frame 0, or none.
+fn lockstep(
+    model: &Arc<EdgeTam>,
+    model_dir: &std::path::Path,
+    frames: &[Vec<u8>],
+    (w, h): (usize, usize),
+    bx: Option<[f32; 4]>,
+    spec: &str,
+) {
+    let lib_pipeline = Pipeline::builder(model.clone())
+        .queue_capacity(1)
+        .build()
+        .expect("pipeline");
+    let mut el = gst::ElementFactory::make("edgetamtrack")
+        .property("model", model_dir.display().to_string());
+    if let Some(b) = bx {
+        lib_pipeline
+            .add_prompt(1, Prompt::from_box(b[0], b[1], b[2], b[3]))
             .expect("prompt");
-        frames
-            .iter()
-            .map(|f| {
-                let t = Instant::now();
-                p.push(Frame::rgb8(&f[..], w, h)).expect("push");
-                let r = p.recv().expect("recv");
-                assert!(r.result().is_some());
-                t.elapsed()
-            })
-            .collect()
+        el = el.property("prompts", spec);
+    }
+    let el = el.build().expect("element");
+    let mut hn = gst_check::Harness::with_element(&el, Some("sink"), Some("src"));
+    hn.set_src_caps_str(&format!(
+        "video/x-raw,format=RGB,width={w},height={h},framerate=30/1"
+    ));
+    let run_library = |f: &[u8]| {
+        let t = Instant::now();
+        lib_pipeline.push(Frame::rgb8(f, w, h)).expect("push");
+        let r = lib_pipeline.recv().expect("recv");
+        assert!(r.result().is_some());
+        t.elapsed()
     };
-    let run_element = || -> Vec<Duration> {
-        let el = gst::ElementFactory::make("edgetamtrack")
-            .property("model", model_dir.display().to_string())
-            .property("prompts", spec.as_str())
-            .build()
-            .expect("element");
-        let mut hn = gst_check::Harness::with_element(&el, Some("sink"), Some("src"));
-        hn.set_src_caps_str(&format!(
-            "video/x-raw,format=RGB,width={w},height={h},framerate=30/1"
-        ));
-        frames
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                let mut b = gst::Buffer::from_slice(f.clone());
-                b.get_mut()
-                    .expect("w")
-                    .set_pts(gst::ClockTime::from_mseconds(33 * i as u64));
-                let t = Instant::now();
-                let out = hn.push_and_pull(b).expect("buffer");
-                let d = t.elapsed();
-                drop(out);
-                d
-            })
-            .collect()
+    let mut run_element = |i: usize, f: &[u8]| {
+        let mut b = gst::Buffer::from_slice(f.to_vec());
+        b.get_mut()
+            .expect("w")
+            .set_pts(gst::ClockTime::from_mseconds(33 * i as u64));
+        let t = Instant::now();
+        let out = hn.push_and_pull(b).expect("buffer");
+        let d = t.elapsed();
+        drop(out);
+        d
     };
     let (mut lib, mut elem) = (Vec::new(), Vec::new());
-    for round in 0..2 {
-        // Frame 0 (prompted, model warm-up) is left out of the statistics.
-        lib.extend(run_library().into_iter().skip(1));
-        elem.extend(run_element().into_iter().skip(1));
-        eprintln!("round {round} done");
+    for (i, f) in frames.iter().enumerate() {
+        let (l, e) = if i % 2 == 0 {
+            let l = run_library(f);
+            (l, run_element(i, f))
+        } else {
+            let e = run_element(i, f);
+            (run_library(f), e)
+        };
+        // Frame 0 (prompted; first use of the model) is left out of the statistics.
+        if i > 0 {
+            lib.push(l);
+            elem.push(e);
+        }
     }
+    let mut diffs: Vec<f64> = lib
+        .iter()
+        .zip(&elem)
+        .map(|(l, e)| e.as_secs_f64() - l.as_secs_f64())
+        .collect();
+    diffs.sort_by(f64::total_cmp);
+    let median_diff = diffs[diffs.len() / 2];
     let (ml, me) = (median(lib.clone()), median(elem.clone()));
     let mean = |v: &[Duration]| v.iter().sum::<Duration>() / v.len() as u32;
     println!(
-        "{w}x{h}, {} tracked frames per run x 2 rounds, 1 object, model {}",
-        n - 1,
+        "{w}x{h}, {} frames in lockstep, {} object(s), model {}",
+        lib.len(),
+        usize::from(bx.is_some()),
         model_dir.display()
     );
     println!(
-        "library Pipeline push+recv: median {:.1} ms, mean {:.1} ms",
+        "  library Pipeline push+recv: median {:.2} ms, mean {:.2} ms",
         ml.as_secs_f64() * 1e3,
         mean(&lib).as_secs_f64() * 1e3
     );
     println!(
-        "edgetamtrack push+pull:     median {:.1} ms, mean {:.1} ms",
+        "  edgetamtrack push+pull:     median {:.2} ms, mean {:.2} ms",
         me.as_secs_f64() * 1e3,
         mean(&elem).as_secs_f64() * 1e3
     );
     println!(
-        "element overhead: median {:+.2} ms/frame ({:+.1} %), mean {:+.2} ms/frame",
-        (me.as_secs_f64() - ml.as_secs_f64()) * 1e3,
-        (me.as_secs_f64() / ml.as_secs_f64() - 1.0) * 100.0,
+        "  element overhead: median of per-frame differences {:+.2} ms ({:+.1} % of the library's median), difference of means {:+.2} ms",
+        median_diff * 1e3,
+        median_diff / ml.as_secs_f64() * 100.0,
         (mean(&elem).as_secs_f64() - mean(&lib).as_secs_f64()) * 1e3
     );
 }

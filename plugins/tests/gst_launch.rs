@@ -42,12 +42,20 @@ fn plugin_dir() -> PathBuf {
 }
 
 fn gst_tool(tool: &str, args: &[&str]) -> Output {
-    Command::new(tool)
-        .args(args)
+    gst_tool_env(tool, args, &[])
+}
+
+fn gst_tool_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(tool);
+    cmd.args(args)
         .env("GST_PLUGIN_PATH", plugin_dir())
         .env("GST_REGISTRY", tmp("registry").join("registry.bin"))
         .env_remove("GST_DEBUG")
-        .output()
+        .env_remove("GST_TRACERS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {tool} (install gstreamer1.0-tools): {e}"))
 }
 
@@ -206,4 +214,36 @@ fn missing_model_fails_with_a_clear_error() {
         "{all}"
     );
     assert!(!all.contains("panicked"), "{all}");
+}
+
+#[test]
+fn leaks_tracer_finds_nothing_alive() {
+    // GStreamer's leaks tracer lists every GstObject / mini object (buffers with their metas,
+    // events, messages, caps) still alive when gst-launch-1.0 exits.
+    let pipeline = format!(
+        "videotestsrc num-buffers=3 ! video/x-raw,width=96,height=64 ! edgetamtrack model={} \
+         prompts=\"obj=1;box=10,10,40,40\" post-messages=true overlay=mask+box ! fakesink",
+        model_dir().display()
+    );
+    let args: Vec<&str> = pipeline.split_whitespace().collect();
+    let o = gst_tool_env(
+        "gst-launch-1.0",
+        &args,
+        &[
+            ("GST_TRACERS", "leaks"),
+            ("GST_DEBUG", "GST_TRACER:7"),
+            ("GST_DEBUG_NO_COLOR", "1"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        log.contains("object-alive.class"),
+        "the leaks tracer did not run:\n{log}"
+    );
+    let alive: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("object-alive, type-name=") && !l.contains("format string"))
+        .collect();
+    assert!(alive.is_empty(), "leaked: {alive:#?}");
 }
