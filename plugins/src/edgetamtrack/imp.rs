@@ -168,6 +168,33 @@ fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, StartError> {
     }
 }
 
+/// Queues `cmd` into the running pipeline; the reason when refused.
+fn apply(state: &mut State, cmd: Command, max: usize) -> Result<(), String> {
+    let r = match cmd {
+        Command::Add(obj, prompt) => {
+            if !state.objects.contains(&obj) && state.objects.len() >= max {
+                return Err(format!(
+                    "max-objects ({max}) reached: the prompt for object {obj} is refused"
+                ));
+            }
+            let r = state.pipeline.add_prompt(obj, prompt);
+            if r.is_ok() {
+                state.objects.insert(obj);
+            }
+            r
+        }
+        Command::Remove(obj) => {
+            state.objects.remove(&obj);
+            state.pipeline.remove_object(obj)
+        }
+        Command::Reset => {
+            state.objects.clear();
+            state.pipeline.reset()
+        }
+    };
+    r.map_err(|e| e.to_string())
+}
+
 fn clock_time(d: Duration) -> gst::ClockTime {
     gst::ClockTime::from_nseconds(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
@@ -245,35 +272,14 @@ impl EdgeTamTrack {
             early.push(cmd);
             return true;
         };
-        self.apply(state, cmd, max)
+        let r = apply(state, cmd, max);
+        drop(guard);
+        self.warn_refused(r)
     }
 
-    fn apply(&self, state: &mut State, cmd: Command, max: usize) -> bool {
-        let r = match cmd {
-            Command::Add(obj, prompt) => {
-                if !state.objects.contains(&obj) && state.objects.len() >= max {
-                    gst::element_imp_warning!(
-                        self,
-                        gst::LibraryError::Settings,
-                        ("max-objects ({max}) reached: the prompt for object {obj} is refused")
-                    );
-                    return false;
-                }
-                let r = state.pipeline.add_prompt(obj, prompt);
-                if r.is_ok() {
-                    state.objects.insert(obj);
-                }
-                r
-            }
-            Command::Remove(obj) => {
-                state.objects.remove(&obj);
-                state.pipeline.remove_object(obj)
-            }
-            Command::Reset => {
-                state.objects.clear();
-                state.pipeline.reset()
-            }
-        };
+    /// Posts the warning of a refused command (never while holding the state lock: a
+    /// synchronous bus handler may call back into the element).
+    fn warn_refused(&self, r: Result<(), String>) -> bool {
         match r {
             Ok(()) => true,
             Err(e) => {
@@ -371,8 +377,10 @@ impl EdgeTamTrack {
                     .unwrap_or(gst::ClockTime::ZERO)
             })
         });
-        if let Some(earliest) = lock(&self.qos).earliest {
-            if rt + lock(&self.stats).latency < earliest {
+        let earliest = lock(&self.qos).earliest;
+        if let Some(earliest) = earliest {
+            let ours = lock(&self.stats).latency;
+            if rt + ours < earliest {
                 gst::debug!(CAT, imp = self, "late by QoS: {rt} before {earliest}");
                 return true;
             }
@@ -872,12 +880,16 @@ impl BaseTransformImpl for EdgeTamTrack {
             gst::error_msg!(kind, ("{e}"))
         })?;
         let early: Vec<Command> = std::mem::take(&mut *lock(&self.early));
-        for c in early {
-            self.apply(&mut state, c, settings.max_objects as usize);
-        }
+        let refused: Vec<_> = early
+            .into_iter()
+            .map(|c| apply(&mut state, c, settings.max_objects as usize))
+            .collect();
         *lock(&self.stats) = Stats::default();
         *lock(&self.qos) = Qos::default();
         *lock(&self.state) = Some(state);
+        for r in refused {
+            self.warn_refused(r);
+        }
         gst::info!(CAT, imp = self, "started");
         Ok(())
     }
@@ -951,9 +963,11 @@ impl BaseTransformImpl for EdgeTamTrack {
 
     fn transform_ip(&self, buf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
         let settings = self.settings();
+        let mut refused = Vec::new();
         let (pipeline, info, index) = {
             let mut guard = lock(&self.state);
             let Some(state) = guard.as_mut() else {
+                drop(guard);
                 gst::element_imp_error!(self, gst::CoreError::Failed, ("not started"));
                 return Err(gst::FlowError::Error);
             };
@@ -967,14 +981,14 @@ impl BaseTransformImpl for EdgeTamTrack {
                 .partition(|(f, _, _)| *f == index);
             state.scheduled = later.into_iter().filter(|(f, _, _)| *f > index).collect();
             for (_, obj, prompt) in due {
-                self.apply(
-                    state,
-                    Command::Add(obj, prompt),
-                    settings.max_objects as usize,
-                );
+                let max = settings.max_objects as usize;
+                refused.push(apply(state, Command::Add(obj, prompt), max));
             }
             (state.pipeline.clone(), info, index)
         };
+        for r in refused {
+            self.warn_refused(r);
+        }
         if settings.live_mode && self.is_late(buf, &info) {
             lock(&self.stats).skipped += 1;
             return Ok(gst::FlowSuccess::Ok);
