@@ -446,3 +446,22 @@ fn missing_or_bad_model_fails_the_state_change() {
     let e = start_error(&[("model", dir.to_str().expect("utf-8")), ("device", "tpu")]);
     assert!(e.contains("device") && e.contains("tpu"), "{e}");
 }
+
+#[test]
+fn live_mode_skips_buffers_that_arrive_late_on_the_clock() {
+    let frames = frames(2);
+    let (mut h, bus) = harness(&[
+        ("prompts", PROMPTS),
+        ("post-messages", "true"),
+        ("live-mode", "true"),
+    ]);
+    h.set_src_caps_str(&caps("RGB", W, H));
+    // The harness's test clock stands at 0: buffer 0 (running time 0) is on time.
+    let out = h.push_and_pull(buffer(&frames[0], 0)).expect("out");
+    assert!(!rois(&out).is_empty());
+    // 10 s later, buffer 1 (running time 0.1 s, 0.1 s long) is far more than a frame late.
+    h.set_time(gst::ClockTime::from_seconds(10)).expect("set time");
+    let out = h.push_and_pull(buffer(&frames[1], 1)).expect("out");
+    assert!(rois(&out).is_empty(), "a late buffer passes without metas");
+    assert_eq!(tracking_messages(&bus).len(), 1);
+}

@@ -17,7 +17,7 @@
 //! | `fps` | double, read-only | 0 | frames the element tracks per second of processing (last 30) |
 //! | `latency` | uint64 ns, read-only | 0 | the processing latency the element reports in LATENCY queries |
 //!
-//! The inherited `qos` property (`GstBaseTransform`, default false) also works: with it,
+//! The inherited `qos` property (`GstBaseTransform`; this element turns it off by default) also works: with it,
 //! buffers that downstream QoS reports as too late are dropped entirely before tracking (the
 //! standard video-filter behaviour), whereas `live-mode` keeps every buffer and only skips the
 //! tracking.
@@ -41,8 +41,9 @@
 //! * `live-mode=true`: a buffer is skipped (passed on unchanged, without `edgetam` metas or a
 //!   message; the tracker does not see it) when it is already more than one frame duration
 //!   old on the pipeline clock when it arrives, or when downstream QoS says it will be late.
-//! * A new resolution in the caps resets tracking (every object forgotten) with an element
-//!   warning; 4:2:0 formats (NV12, I420) need even sides.
+//! * A new resolution in the caps resets tracking (every object forgotten, `prompts` entries
+//!   for later buffers dropped) with an element warning; 4:2:0 formats (NV12, I420) need even
+//!   sides (odd ones fail negotiation with an element error).
 //! * LATENCY queries answer upstream's latency plus the element's processing latency (the
 //!   longest of the last 16 tracked buffers); when it grows by more than 20 % (or first becomes
 //!   known) the element posts a LATENCY message so the pipeline re-queries.
