@@ -460,7 +460,8 @@ fn live_mode_skips_buffers_that_arrive_late_on_the_clock() {
     let out = h.push_and_pull(buffer(&frames[0], 0)).expect("out");
     assert!(!rois(&out).is_empty());
     // 10 s later, buffer 1 (running time 0.1 s, 0.1 s long) is far more than a frame late.
-    h.set_time(gst::ClockTime::from_seconds(10)).expect("set time");
+    h.set_time(gst::ClockTime::from_seconds(10))
+        .expect("set time");
     let out = h.push_and_pull(buffer(&frames[1], 1)).expect("out");
     assert!(rois(&out).is_empty(), "a late buffer passes without metas");
     assert_eq!(tracking_messages(&bus).len(), 1);

@@ -17,8 +17,8 @@
 //! | `fps` | double, read-only | 0 | frames the element tracks per second of processing (last 30) |
 //! | `latency` | uint64 ns, read-only | 0 | the processing latency the element reports in LATENCY queries |
 //!
-//! The inherited `qos` property (`GstBaseTransform`; this element turns it off by default) also works: with it,
-//! buffers that downstream QoS reports as too late are dropped entirely before tracking (the
+//! The inherited `qos` property (`GstBaseTransform`; off by default here) also works: with
+//! it, buffers that downstream QoS reports as too late are dropped entirely before tracking (the
 //! standard video-filter behaviour), whereas `live-mode` keeps every buffer and only skips the
 //! tracking.
 //!
