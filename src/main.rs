@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use edgetam::draw;
+use edgetam::pipeline::prompt_spec;
 use edgetam::tracker::{
     checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
     MultimaskMode, Point, PointLabel, Prompt, Weights,
@@ -101,45 +102,12 @@ struct CheckArgs {
     device: String,
 }
 
-fn parse_floats<const N: usize>(s: &str, what: &str) -> std::result::Result<[f32; N], String> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    if parts.len() != N {
-        return Err(format!(
-            "{what} needs {N} comma-separated numbers, got `{s}`"
-        ));
-    }
-    let mut out = [0f32; N];
-    for (o, p) in out.iter_mut().zip(&parts) {
-        *o = p
-            .parse::<f32>()
-            .ok()
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| format!("`{p}` in {what} `{s}` is not a number"))?;
-    }
-    Ok(out)
-}
-
 fn parse_box(s: &str) -> std::result::Result<[f32; 4], String> {
-    parse_floats::<4>(s, "--box")
+    prompt_spec::parse_floats::<4>(s, "--box")
 }
 
 fn parse_point(s: &str) -> std::result::Result<Point, String> {
-    parse_point_as(s, "--point")
-}
-
-/// `x,y,label` with label 1 (object) or 0 (background); `what` names the flag in errors.
-fn parse_point_as(s: &str, what: &str) -> std::result::Result<Point, String> {
-    let [x, y, l] = parse_floats::<3>(s, what)?;
-    let label = match l as i32 {
-        1 if l == 1.0 => PointLabel::Positive,
-        0 if l == 0.0 => PointLabel::Negative,
-        _ => {
-            return Err(format!(
-                "point label must be 1 (object) or 0 (background), got `{l}`"
-            ))
-        }
-    };
-    Ok(Point { x, y, label })
+    prompt_spec::parse_point(s, "--point")
 }
 
 pub(crate) fn load_model(args: &ModelArgs) -> Result<EdgeTam> {

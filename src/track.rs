@@ -11,18 +11,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::Args;
-use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, ResolutionChange};
-use edgetam::tracker::{FrameResult, Mask, ObjectPrompt, Point, Prompt};
+use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PromptSpec, ResolutionChange};
+use edgetam::tracker::{FrameResult, Mask, ObjectPrompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use edgetam::draw;
 use edgetam::natural_cmp;
 
-use crate::{
-    image_size, load_model, open_image, parse_floats, parse_point_as, read_rgb, save_mask_png,
-    ModelArgs,
-};
+use crate::{image_size, load_model, open_image, read_rgb, save_mask_png, ModelArgs};
 
 /// File extensions (any case) taken as frames.
 const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
@@ -53,7 +50,7 @@ pub struct TrackArgs {
     /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;frame=0;point=x,y,1;point=x,y,0` (label 1
     /// = object, 0 = background; a box and points can be combined) or `obj=3;frame=5;mask=PATH`
     /// (a PNG the frame's size, nonzero = inside). `frame=` defaults to 0. Quote it in a shell.
-    #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = parse_prompt_spec)]
+    #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = PromptSpec::parse)]
     prompts: Vec<PromptSpec>,
     /// Output folder (created): masks/, results.jsonl and, with --overlay, overlay/.
     #[arg(long, value_name = "DIR")]
@@ -91,76 +88,6 @@ struct InFlight {
     f: usize,
     name: String,
     img: image::RgbImage,
-}
-
-/// One `--prompt` SPEC as parsed (the mask file is read once the frames are known).
-#[derive(Debug, Clone)]
-pub struct PromptSpec {
-    obj: u32,
-    frame: usize,
-    bbox: Option<[f32; 4]>,
-    points: Vec<Point>,
-    mask: Option<PathBuf>,
-}
-
-/// Sets `slot` unless a value is already there.
-fn set_once<T>(slot: &mut Option<T>, value: T, key: &str) -> std::result::Result<(), String> {
-    if slot.replace(value).is_some() {
-        return Err(format!("{key}= is given twice"));
-    }
-    Ok(())
-}
-
-fn parse_prompt_spec(s: &str) -> std::result::Result<PromptSpec, String> {
-    let (mut obj, mut frame, mut bbox, mut mask) = (None, None, None, None);
-    let mut points = Vec::new();
-    for token in s.split(';').map(str::trim).filter(|t| !t.is_empty()) {
-        let bad = |why: String| format!("bad token `{token}`: {why}");
-        let (key, value) = token.split_once('=').ok_or_else(|| {
-            bad("expected KEY=VALUE with KEY obj, frame, box, point or mask".into())
-        })?;
-        let value = value.trim();
-        match key.trim() {
-            "obj" => {
-                let id = value
-                    .parse::<u32>()
-                    .map_err(|_| bad("the object id must be a non-negative integer".into()))?;
-                set_once(&mut obj, id, "obj").map_err(bad)?;
-            }
-            "frame" => {
-                let f = value
-                    .parse::<usize>()
-                    .map_err(|_| bad("the frame index must be a non-negative integer".into()))?;
-                set_once(&mut frame, f, "frame").map_err(bad)?;
-            }
-            "box" => {
-                let b = parse_floats::<4>(value, "box").map_err(bad)?;
-                set_once(&mut bbox, b, "box").map_err(bad)?;
-            }
-            "point" => points.push(parse_point_as(value, "point").map_err(bad)?),
-            "mask" if value.is_empty() => return Err(bad("mask= needs a PNG file".into())),
-            "mask" => set_once(&mut mask, PathBuf::from(value), "mask").map_err(bad)?,
-            other => {
-                return Err(bad(format!(
-                    "unknown key `{other}` (expected obj, frame, box, point or mask)"
-                )))
-            }
-        }
-    }
-    let obj = obj.ok_or("missing obj=ID (e.g. `obj=1;frame=0;box=10,10,50,40`)")?;
-    if mask.is_some() && (bbox.is_some() || !points.is_empty()) {
-        return Err("mask= cannot be combined with box= or point= in one prompt".into());
-    }
-    if mask.is_none() && bbox.is_none() && points.is_empty() {
-        return Err(format!("object {obj} needs box=, point= or mask="));
-    }
-    Ok(PromptSpec {
-        obj,
-        frame: frame.unwrap_or(0),
-        bbox,
-        points,
-        mask,
-    })
 }
 
 fn file_name(path: &Path) -> String {
@@ -257,10 +184,7 @@ fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FrameProm
                 read_mask(m, w, h).with_context(|| format!("object {o} on frame {f} ({name})"))?,
             ),
             None => {
-                let p = Prompt {
-                    bbox: spec.bbox,
-                    points: spec.points.clone(),
-                };
+                let p = spec.points_prompt().unwrap_or_default();
                 p.validate(w, h).with_context(|| {
                     format!("the prompt for object {o} does not fit frame {f} ({name}, {w}x{h})")
                 })?;
@@ -517,6 +441,10 @@ pub fn track(args: TrackArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_prompt_spec(s: &str) -> std::result::Result<PromptSpec, String> {
+        PromptSpec::parse(s).map_err(|e| e.to_string())
+    }
 
     #[test]
     fn prompt_specs() {

@@ -49,6 +49,7 @@ pub mod frame;
 #[cfg(feature = "opencv")]
 pub mod mat;
 pub mod pipeline;
+pub mod prompt_spec;
 pub mod stats;
 
 #[cfg(feature = "tokio")]
@@ -66,4 +67,5 @@ pub use opencv;
 pub use pipeline::{
     DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
 };
+pub use prompt_spec::{PromptSpec, PromptSpecError};
 pub use stats::{LatencySummary, StageTimings, Stats};

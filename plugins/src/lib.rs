@@ -1,4 +1,37 @@
-//! GStreamer plugin `edgetam` with the `edgetamtrack` element.
+//! GStreamer plugin `edgetam` with the element `edgetamtrack`: EdgeTAM video object tracking
+//! inside GStreamer pipelines.
 //!
-//! **Status: not implemented yet.** The element is built on `edgetam-pipeline` by the GStreamer
-//! issue; until then this crate registers nothing (and so links no GStreamer library).
+//! ```text
+//! gst-launch-1.0 v4l2src ! videoconvert ! edgetamtrack model=/models/edgetam \
+//!     prompts="obj=1;frame=0;box=200,120,420,380" overlay=mask ! videoconvert ! autovideosink
+//! ```
+//!
+//! See [`edgetamtrack`] for the element (properties, signals, the custom event) and [`results`]
+//! for what it attaches to buffers and posts on the bus. Build it as a shared library
+//! (`libgstedgetam.so`) and point `GST_PLUGIN_PATH` at its folder, or link the rlib and call
+//! [`plugin_register_static`].
+
+use gst::glib;
+
+pub mod convert;
+pub mod edgetamtrack;
+pub mod overlay;
+pub mod results;
+
+pub use edgetamtrack::{EdgeTamTrack, Overlay};
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    edgetamtrack::register(plugin)
+}
+
+gst::plugin_define!(
+    edgetam,
+    env!("CARGO_PKG_DESCRIPTION"),
+    plugin_init,
+    env!("CARGO_PKG_VERSION"),
+    // GStreamer only accepts the licences it knows; Apache-2.0 is not one of them.
+    "unknown",
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_REPOSITORY")
+);

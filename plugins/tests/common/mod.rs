@@ -1,0 +1,108 @@
+#![allow(dead_code)]
+//! Shared helpers: the 256 fixture model as a model folder, the fixture sequence's frames and
+//! prompts, and the library pipeline's results on them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once, OnceLock};
+
+use candle_core::Device;
+use edgetam_pipeline::{Frame, Pipeline, PromptSpec};
+use edgetam_tracker::{EdgeTam, FrameResult, ObjectPrompt};
+
+pub const W: usize = 240;
+pub const H: usize = 160;
+/// Object 1: a box; object 2: a positive and a negative point (both visible on frames 0-8).
+pub const PROMPTS: &str =
+    "obj=1;frame=0;box=35,57,93,108|obj=2;frame=0;point=65,50,1;point=125,119,0";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        gst::init().expect("gst init");
+        gstedgetam::plugin_register_static().expect("register the plugin");
+    });
+}
+
+/// A scratch folder for this test process.
+pub fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("edgetam-gst-{}", std::process::id()))
+        .join(name);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+/// A model folder at image size 256: the 256 fixture config + the fixture weights (linked).
+pub fn model_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tmp("model256");
+        std::fs::copy(
+            repo().join("fixtures/image_256/config.json"),
+            dir.join("config.json"),
+        )
+        .expect("config");
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            let src = repo().join("fixtures/model/model.safetensors");
+            let src = src.canonicalize().expect("fixture weights");
+            std::os::unix::fs::symlink(src, &weights).expect("link weights");
+        }
+        dir
+    })
+    .clone()
+}
+
+pub fn model() -> Arc<EdgeTam> {
+    static MODEL: OnceLock<Arc<EdgeTam>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| Arc::new(EdgeTam::load(model_dir(), &Device::Cpu).expect("model")))
+        .clone()
+}
+
+/// The first `n` frames of `fixtures/sequence_256` (RGB8, 240x160).
+pub fn frames(n: usize) -> Vec<Vec<u8>> {
+    let path = repo().join("fixtures/sequence_256/sequence.safetensors");
+    let tensors = candle_core::safetensors::load(path, &Device::Cpu).expect("sequence");
+    let frames = tensors["frames"]
+        .to_dtype(candle_core::DType::U8)
+        .expect("u8");
+    (0..n)
+        .map(|i| {
+            frames
+                .get(i)
+                .and_then(|f| f.flatten_all())
+                .and_then(|f| f.to_vec1::<u8>())
+                .expect("frame")
+        })
+        .collect()
+}
+
+/// The library pipeline's results on `frames` with `prompts` (frame = index), pushed as RGB.
+pub fn library(frames: &[Vec<u8>], prompts: &str) -> Vec<FrameResult> {
+    let specs = PromptSpec::parse_list(prompts).expect("prompts");
+    let p = Pipeline::builder(model()).build().expect("pipeline");
+    let mut out = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        for s in specs.iter().filter(|s| s.frame == i) {
+            let prompt = s.points_prompt().expect("box/points prompt");
+            p.add_prompt(s.obj, ObjectPrompt::Points(prompt))
+                .expect("prompt");
+        }
+        p.push(Frame::rgb8(&f[..], W, H)).expect("push");
+        out.push(p.recv().expect("recv").result().expect("tracked").clone());
+    }
+    out
+}
+
+/// Writes the frames as `dir/000.png`, `001.png`, ...
+pub fn write_pngs(frames: &[Vec<u8>], dir: &Path) {
+    for (i, f) in frames.iter().enumerate() {
+        let img = image::RgbImage::from_raw(W as u32, H as u32, f.clone()).expect("image");
+        img.save(dir.join(format!("{i:03}.png"))).expect("png");
+    }
+}
