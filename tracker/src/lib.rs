@@ -9,6 +9,8 @@ pub mod attention;
 pub mod checks;
 pub mod compare;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod fixture;
@@ -24,11 +26,13 @@ pub mod position_encoding;
 pub mod postprocess;
 pub mod preprocess;
 pub mod prompt_encoder;
+pub mod raw_frame;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
 pub mod tracker;
 pub mod tracking_step;
+pub mod transfer;
 pub mod two_way_transformer;
 pub mod vision_neck;
 pub mod weights;
@@ -36,6 +40,7 @@ pub mod weights;
 pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
+pub use raw_frame::{PixelLayout, RawFrame};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
 pub use tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,

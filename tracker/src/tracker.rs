@@ -24,7 +24,7 @@ use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 
 use crate::error::{Error, Result};
-use crate::model::{mask_area_and_box, EdgeTam, ImageEmbedding, Prompt, Segmentation};
+use crate::model::{mask_area_and_box_host, EdgeTam, ImageEmbedding, Prompt, Segmentation};
 use crate::postprocess;
 use crate::tracking_step::{GatheredMemory, MemoryInput};
 
@@ -626,8 +626,11 @@ fn object_result(
 ) -> Result<ObjectResult> {
     let (_, mask) = model.mask_at_original(image, seg)?;
     let (w, h) = image.original_size;
-    let (area, bbox) = mask_area_and_box(&mask)?;
-    let data = mask.flatten_all()?.to_dtype(DType::U8)?.to_vec1::<u8>()?;
+    // The frame's one download of the mask (area and box from the host copy).
+    let mask = mask.flatten_all()?.to_dtype(DType::U8)?;
+    crate::transfer::note_download(&mask);
+    let data = mask.to_vec1::<u8>()?;
+    let (area, bbox) = mask_area_and_box_host(&data, w, h);
     Ok(ObjectResult {
         id,
         low_res_logits: seg.low_res_logits.clone(),
