@@ -1,6 +1,8 @@
 //! The `edgetam` command-line tool.
 
 // CLI-only module (not part of the `edgetam` library).
+mod bench;
+mod bench_plot;
 mod track;
 
 use std::path::{Path, PathBuf};
@@ -35,10 +37,14 @@ enum Command {
     Track(track::TrackArgs),
     /// Check every model stage against reference fixtures (exit status 1 on any failure).
     Check(CheckArgs),
+    /// Per-frame latency, FPS and stage breakdown of whole tracked frames (image encoder
+    /// included) for 1..N objects, serial and encoder-ahead; table, JSON and SVG plot.
+    #[command(after_help = bench::AFTER_HELP)]
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
-struct ModelArgs {
+pub(crate) struct ModelArgs {
     /// Model: a directory with config.json + model.safetensors, or an original edgetam.pt.
     #[arg(long, value_name = "PATH", required_unless_present = "random_weights")]
     model: Option<PathBuf>,
@@ -136,7 +142,7 @@ fn parse_point_as(s: &str, what: &str) -> std::result::Result<Point, String> {
     Ok(Point { x, y, label })
 }
 
-fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
+pub(crate) fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
     let device = parse_device(&args.device)?;
     if args.random_weights {
         eprintln!(
@@ -371,6 +377,7 @@ fn main() -> ExitCode {
         Command::Segment(args) => segment(args).map(|_| true),
         Command::Track(args) => track::track(args).map(|_| true),
         Command::Check(args) => check(args),
+        Command::Bench(args) => bench::bench(args).map(|_| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -170,7 +170,7 @@ fn file_name(path: &Path) -> String {
 }
 
 /// The frame files of `dir`, in natural name order.
-fn list_frames(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn list_frames(dir: &Path) -> Result<Vec<PathBuf>> {
     if !dir.is_dir() {
         bail!(
             "frames folder {} {}",

@@ -476,3 +476,93 @@ fn track_rejects_bad_input_up_front() {
     // None of these got as far as loading the model.
     assert!(!e.contains("meaningless"), "{e}");
 }
+
+#[test]
+fn bench_reports_every_stage_as_table_json_and_plot() {
+    let (json, plot) = (tmp("bench.json"), tmp("bench.svg"));
+    let o = edgetam(&[
+        "bench",
+        "--random-weights",
+        "--size",
+        "256",
+        "--objects",
+        "1,2",
+        "--frames",
+        "3",
+        "--warmup",
+        "2",
+        "--encoder-ahead",
+        "both",
+        "--threads",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for label in [
+        "image encoder",
+        "memory attention",
+        "prompt enc + mask decoder",
+        "memory enc + perceiver",
+        "post-process",
+        "summary",
+    ] {
+        assert!(out.contains(label), "table lacks `{label}`:\n{out}");
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let configs = doc["configs"].as_array().unwrap();
+    assert_eq!(
+        configs.len(),
+        4,
+        "1 and 2 objects x serial and encoder-ahead"
+    );
+    for c in configs {
+        let frames = c["frames"].as_array().unwrap();
+        assert_eq!(frames.len(), 3);
+        // Measured frames are the ones after the warm-up (frame 0 is the prompted one).
+        assert_eq!(frames[0]["frame"], 2);
+        for key in [
+            "end_to_end_ms",
+            "preprocess_ms",
+            "image_encoder_ms",
+            "memory_attention_ms",
+            "mask_decoder_ms",
+            "memory_encoder_ms",
+            "postprocess_ms",
+        ] {
+            let v = c["median"][key].as_f64().unwrap();
+            assert!(v > 0.0, "{key} median {v} in {c}");
+        }
+        assert!(c["fps"].as_f64().unwrap() > 0.0);
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("stage breakdown"));
+}
+
+#[test]
+fn bench_rejects_unknown_modes_and_dtypes() {
+    let o = edgetam(&[
+        "bench",
+        "--random-weights",
+        "--size",
+        "64",
+        "--encoder-ahead",
+        "sometimes",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--encoder-ahead must be on, off or both"),
+        "{}",
+        stderr(&o)
+    );
+    let o = edgetam(&["bench", "--random-weights", "--size", "64", "--dtype", "f8"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--dtype must be f32 or bf16"),
+        "{}",
+        stderr(&o)
+    );
+}

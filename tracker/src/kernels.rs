@@ -6,11 +6,11 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-/// Number of worker threads for CPU kernels (shared by every custom op of the crate).
+/// Number of worker threads for CPU kernels (shared by every custom op of the crate): the same
+/// count candle's matrix products use (`RAYON_NUM_THREADS`, else every core), so one setting
+/// bounds the whole model.
 pub(crate) fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|t| t.get())
-        .unwrap_or(1)
+    candle_core::utils::get_num_threads().max(1)
 }
 
 /// Contiguous f32 slice of a storage, or an error naming `what` (shared by every custom op).

@@ -30,6 +30,7 @@ pub mod raw_frame;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
+pub mod timings;
 pub mod tracker;
 pub mod tracking_step;
 pub mod transfer;
@@ -42,6 +43,7 @@ pub use device::parse_device;
 pub use error::{Error, Result};
 pub use raw_frame::{PixelLayout, RawFrame};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
+pub use timings::StageTimes;
 pub use tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
 };

@@ -149,6 +149,10 @@ pub struct ImageEmbedding {
     pub embed: Tensor,
     /// Original image `(width, height)`.
     pub original_size: (usize, usize),
+    /// Time spent preprocessing the frame (zero when it came preprocessed).
+    pub preprocess_time: std::time::Duration,
+    /// Time spent in the image encoder.
+    pub encoder_time: std::time::Duration,
 }
 
 impl ImageEmbedding {
@@ -358,8 +362,12 @@ impl EdgeTam {
 
     /// Runs preprocessing and the image encoder on an RGB8 image.
     pub fn encode_image(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
         let pixels = self.preprocess(rgb, width, height)?;
-        self.encode_pixels(&pixels, (width, height))
+        let preprocess_time = start.elapsed();
+        let mut image = self.encode_pixels(&pixels, (width, height))?;
+        image.preprocess_time = preprocess_time;
+        Ok(image)
     }
 
     /// Runs the image encoder on already preprocessed pixels `[1,3,S,S]`.
@@ -368,6 +376,7 @@ impl EdgeTam {
         pixels: &Tensor,
         original_size: (usize, usize),
     ) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
         let features = self.image_encoder.forward(pixels)?;
         let level2 = features.fpn.last().ok_or_else(|| {
             Error::InvalidImage("image encoder returned no feature levels".into())
@@ -378,6 +387,8 @@ impl EdgeTam {
             features,
             embed,
             original_size,
+            preprocess_time: std::time::Duration::ZERO,
+            encoder_time: start.elapsed(),
         })
     }
 

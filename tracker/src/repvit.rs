@@ -17,7 +17,7 @@ use candle_nn::VarBuilder;
 
 pub(crate) use conv::Pointwise;
 use conv::{conv_norm, Dense};
-pub(crate) use depthwise::Depthwise;
+pub use depthwise::Depthwise;
 pub(crate) use gelu::gelu;
 
 /// RepViT-M1 stage widths.

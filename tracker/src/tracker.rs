@@ -19,6 +19,7 @@
 //!   learned no-object pointer, and it keeps being tracked.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
@@ -26,6 +27,7 @@ use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 use crate::error::{Error, Result};
 use crate::model::{mask_area_and_box_host, EdgeTam, ImageEmbedding, Prompt, Segmentation};
 use crate::postprocess;
+use crate::timings::{timed, StageTimes};
 use crate::tracking_step::{GatheredMemory, MemoryInput};
 
 /// A binary mask (0 or 1 per pixel), row-major.
@@ -133,6 +135,8 @@ pub struct FrameResult {
     pub width: usize,
     pub height: usize,
     pub objects: Vec<ObjectResult>,
+    /// Wall time of each model stage on this frame (all objects together).
+    pub times: StageTimes,
 }
 
 /// Options of a [`Tracker`].
@@ -343,8 +347,14 @@ impl Tracker {
     /// As [`Self::track`] for a frame whose image encoder already ran (an encoder-ahead
     /// pipeline).
     pub fn track_embedding(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
+        let mut times = StageTimes {
+            preprocess: image.preprocess_time,
+            image_encoder: image.encoder_time,
+            ..StageTimes::default()
+        };
         if self.current.is_some() && self.has_prompts_for_current() {
-            self.refresh()?;
+            // Work done in this call: counted with this frame.
+            times += self.refresh()?.times;
         }
         let t = self.next_frame;
         let (w, h) = image.original_size;
@@ -368,7 +378,9 @@ impl Tracker {
         // Prompted objects, one by one (their prompts differ).
         for (i, o) in self.objects.iter_mut().enumerate() {
             if let Some(p) = o.pending.take_if(|p| p.frame == t) {
-                let (seg, how) = prompted_step(&self.model, &image, &p.prompt)?;
+                let (seg, how) = timed(&mut times.mask_decoder, || {
+                    prompted_step(&self.model, &image, &p.prompt)
+                })?;
                 steps[i] = Some((seg, how, FrameKind::Conditioning));
             }
         }
@@ -379,7 +391,10 @@ impl Tracker {
         let mut gathered: Vec<(usize, GatheredMemory)> = Vec::with_capacity(tracked.len());
         for &i in &tracked {
             let sel = self.objects[i].memory.select(t);
-            gathered.push((i, self.model.gather_memory(&self.objects[i].memory, &sel)?));
+            let g = timed(&mut times.memory_attention, || {
+                self.model.gather_memory(&self.objects[i].memory, &sel)
+            })?;
+            gathered.push((i, g));
         }
         while !gathered.is_empty() {
             let key = (
@@ -391,8 +406,12 @@ impl Tracker {
                 .partition(|(_, g)| (g.num_spatial_memories, g.num_pointer_tokens) == key);
             gathered = rest;
             let (ids, mems): (Vec<usize>, Vec<GatheredMemory>) = group.into_iter().unzip();
-            let pix = self.model.condition_on_memory(&image, &mems)?;
-            let segs = self.model.decode_tracked(&image, &pix)?;
+            let pix = timed(&mut times.memory_attention, || {
+                self.model.condition_on_memory(&image, &mems)
+            })?;
+            let segs = timed(&mut times.mask_decoder, || {
+                self.model.decode_tracked(&image, &pix)
+            })?;
             for (i, seg) in ids.into_iter().zip(segs) {
                 steps[i] = Some((seg, MemoryInput::Sigmoid, FrameKind::Tracked));
             }
@@ -402,16 +421,20 @@ impl Tracker {
             .map(|s| s.ok_or_else(|| Error::InvalidPrompt("object left without a step".into())))
             .collect::<Result<_>>()?;
         let indices: Vec<usize> = (0..steps.len()).collect();
+        let start = Instant::now();
         self.remember(&image, t, &indices, &steps)?;
+        times.memory_encoder += start.elapsed();
         let mut objects = Vec::with_capacity(steps.len());
         for (o, (seg, _, kind)) in self.objects.iter_mut().zip(&steps) {
-            let r = object_result(
-                &self.model,
-                &image,
-                o.id,
-                seg,
-                *kind == FrameKind::Conditioning,
-            )?;
+            let r = timed(&mut times.postprocess, || {
+                object_result(
+                    &self.model,
+                    &image,
+                    o.id,
+                    seg,
+                    *kind == FrameKind::Conditioning,
+                )
+            })?;
             o.tracked_on_current = *kind == FrameKind::Tracked;
             o.last = Some(r.clone());
             objects.push(r);
@@ -423,6 +446,7 @@ impl Tracker {
             width: w,
             height: h,
             objects,
+            times,
         })
     }
 
@@ -441,6 +465,7 @@ impl Tracker {
         let t = current.index;
         let image = &current.image;
         let (w, h) = image.original_size;
+        let mut times = StageTimes::default();
         let mut idx = Vec::new();
         let mut steps = Vec::new();
         for i in 0..self.objects.len() {
@@ -456,25 +481,31 @@ impl Tracker {
             let o = &self.objects[i];
             let step = if o.tracked_on_current && o.memory.has_conditioning() {
                 // Tracked here already: decode from memory with the prompt; stays a tracked frame.
-                let (seg, how) = self.prompted_on_memory(image, i, t, &p.prompt)?;
+                let (seg, how) = self.prompted_on_memory(image, i, t, &p.prompt, &mut times)?;
                 (seg, how, FrameKind::Tracked)
             } else {
-                let (seg, how) = prompted_step(&self.model, image, &p.prompt)?;
+                let (seg, how) = timed(&mut times.mask_decoder, || {
+                    prompted_step(&self.model, image, &p.prompt)
+                })?;
                 (seg, how, FrameKind::Conditioning)
             };
             idx.push(i);
             steps.push(step);
         }
+        let start = Instant::now();
         self.remember(image, t, &idx, &steps)?;
+        times.memory_encoder += start.elapsed();
         for (&i, (seg, _, kind)) in idx.iter().zip(&steps) {
             let o = &mut self.objects[i];
-            let r = object_result(
-                &self.model,
-                image,
-                o.id,
-                seg,
-                *kind == FrameKind::Conditioning,
-            )?;
+            let r = timed(&mut times.postprocess, || {
+                object_result(
+                    &self.model,
+                    image,
+                    o.id,
+                    seg,
+                    *kind == FrameKind::Conditioning,
+                )
+            })?;
             o.last = Some(r);
         }
         Ok(FrameResult {
@@ -482,6 +513,7 @@ impl Tracker {
             width: w,
             height: h,
             objects: self.objects.iter().filter_map(|o| o.last.clone()).collect(),
+            times,
         })
     }
 
@@ -493,15 +525,21 @@ impl Tracker {
         i: usize,
         t: u64,
         prompt: &ObjectPrompt,
+        times: &mut StageTimes,
     ) -> Result<(Segmentation, MemoryInput)> {
         let ObjectPrompt::Points(prompt) = prompt else {
             // A mask is taken as the output whatever the memory says.
-            return prompted_step(&self.model, image, prompt);
+            return timed(&mut times.mask_decoder, || {
+                prompted_step(&self.model, image, prompt)
+            });
         };
         let m = &self.model;
         let bank = &self.objects[i].memory;
+        let start = Instant::now();
         let g = m.gather_memory(bank, &bank.select(t))?;
         let pix = m.condition_on_memory(image, &[g])?;
+        times.memory_attention += start.elapsed();
+        let start = Instant::now();
         let (w, h) = image.original_size;
         let (coords, labels) = prompt.to_model_inputs(w, h, m.config().image_size, m.device())?;
         let (sparse, dense) = m.prompt_encoder().embed(Some((&coords, &labels)), None)?;
@@ -510,6 +548,7 @@ impl Tracker {
             .decode_rows(image, &pix, &sparse, &dense, multimask)?
             .pop()
             .ok_or_else(|| Error::InvalidPrompt("decoder returned no mask".into()))?;
+        times.mask_decoder += start.elapsed();
         Ok((seg, MemoryInput::Binarized))
     }
 
@@ -566,6 +605,7 @@ impl Tracker {
             width,
             height,
             objects: Vec::new(),
+            times: StageTimes::default(),
         }
     }
 

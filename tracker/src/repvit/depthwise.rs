@@ -9,8 +9,9 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
 use crate::kernels::{f32_slice, threads};
 
-/// A depthwise `k x k` convolution with bias, square stride and zero padding.
-pub(crate) struct Depthwise {
+/// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
+/// kernel benchmarks in `benches/`).
+pub struct Depthwise {
     /// `[C, 1, k, k]`, used by the fallback path.
     weight: Tensor,
     /// `[1, C, 1, 1]`, used by the fallback path.
@@ -30,7 +31,7 @@ struct Kernel {
 
 impl Depthwise {
     /// `weight` `[C, 1, k, k]` and `bias` `[C]`, both f32.
-    pub(crate) fn new(
+    pub fn new(
         weight: Tensor,
         bias: Tensor,
         stride: usize,
@@ -59,7 +60,7 @@ impl Depthwise {
         })
     }
 
-    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             x.contiguous()?.apply_op1_no_bwd(&self.kernel)
         } else {

@@ -1,0 +1,103 @@
+//! Criterion benches of the hot CPU kernels, each beside the plain candle path it replaces, so
+//! one run gives the ratio on the same machine state:
+//!
+//! ```sh
+//! cargo bench --bench kernels                  # all
+//! cargo bench --bench kernels -- depthwise     # one group
+//! RAYON_NUM_THREADS=2 cargo bench --bench kernels
+//! ```
+//!
+//! The image-encoder benches run the whole RepViT + FPN on random weights at 256 and 1024.
+
+use candle_core::{DType, Device, Tensor};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use edgetam::tracker::attention::{scaled_dot_product, scaled_dot_product_unfused};
+use edgetam::tracker::repvit::Depthwise;
+use edgetam::tracker::{EdgeTam, EdgeTamConfig};
+
+fn randn(shape: &[usize]) -> Tensor {
+    match Tensor::randn(0f32, 1.0, shape, &Device::Cpu) {
+        Ok(t) => t,
+        Err(e) => panic!("randn {shape:?}: {e}"),
+    }
+}
+
+fn ok<T>(r: candle_core::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// RepViT's depthwise 3x3 token mixers at their 1024-input sizes: ours vs candle's grouped
+/// `conv2d` (one convolution per channel).
+fn depthwise(c: &mut Criterion) {
+    let mut g = c.benchmark_group("depthwise3x3");
+    g.sample_size(10);
+    for (channels, side) in [(48usize, 256usize), (96, 128), (192, 64), (384, 32)] {
+        let w = randn(&[channels, 1, 3, 3]);
+        let b = randn(&[channels]);
+        let x = randn(&[1, channels, side, side]);
+        let ours = ok(Depthwise::new(w.clone(), b.clone(), 1, 1));
+        let bias = ok(b.reshape((1, channels, 1, 1)));
+        let id = format!("{channels}x{side}x{side}");
+        g.bench_with_input(BenchmarkId::new("ours", &id), &x, |bch, x| {
+            bch.iter(|| ok(ours.forward(x)))
+        });
+        g.bench_with_input(BenchmarkId::new("candle_grouped", &id), &x, |bch, x| {
+            bch.iter(|| {
+                ok(x.conv2d(&w, 1, 1, 1, channels)
+                    .and_then(|y| y.broadcast_add(&bias)))
+            })
+        });
+    }
+    g.finish();
+}
+
+/// Memory attention's shapes at 1024: self-attention over the 64x64 tokens and
+/// cross-attention to 7 memories (7 x 512 tokens) + 16 pointers (x 4 tokens); one head of 256.
+fn attention(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention");
+    g.sample_size(10);
+    for (name, lq, lk) in [
+        ("self_4096x4096", 4096usize, 4096usize),
+        ("cross_4096x3648", 4096, 3648),
+    ] {
+        let q = randn(&[1, 1, lq, 256]);
+        let k = randn(&[1, 1, lk, 256]);
+        let v = randn(&[1, 1, lk, 256]);
+        let scale = 1.0 / 16.0;
+        g.bench_function(BenchmarkId::new("fused", name), |b| {
+            b.iter(|| ok(scaled_dot_product(&q, &k, &v, scale)))
+        });
+        g.bench_function(BenchmarkId::new("unfused", name), |b| {
+            b.iter(|| ok(scaled_dot_product_unfused(&q, &k, &v, scale)))
+        });
+    }
+    g.finish();
+}
+
+/// The whole image encoder (RepViT-M1 + FPN + high-res convs) on random weights.
+fn image_encoder(c: &mut Criterion) {
+    let mut g = c.benchmark_group("image_encoder");
+    g.sample_size(10);
+    for size in [256usize, 1024] {
+        let model = ok(EdgeTamConfig::with_image_size(size)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))
+            .and_then(|cfg| {
+                EdgeTam::random(cfg, 0, &Device::Cpu)
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))
+            }));
+        let pixels = ok(randn(&[1, 3, size, size]).to_dtype(DType::F32));
+        g.bench_function(BenchmarkId::from_parameter(size), |b| {
+            b.iter(|| match model.encode_pixels(&pixels, (size, size)) {
+                Ok(e) => e,
+                Err(e) => panic!("{e}"),
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, depthwise, attention, image_encoder);
+criterion_main!(benches);

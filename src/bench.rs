@@ -1,0 +1,704 @@
+//! `edgetam bench`: per-frame latency, FPS and the per-stage breakdown of whole tracked frames
+//! (image encoder included), for several object counts and with or without encoder-ahead.
+//!
+//! Every measured frame is a steady tracked frame: frame 0 prompts the objects and belongs to
+//! the warm-up, so a run of `--warmup K --frames N` tracks `K + N` frames and reports the last
+//! `N`. The memory bank fills up over the first 7 frames (16 for object pointers), which is why
+//! the default warm-up is 8.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
+use edgetam::tracker::{EdgeTam, Prompt, StageTimes, Tracker};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::ModelArgs;
+
+pub const AFTER_HELP: &str = "\
+Synthetic input (the default) is 640x360 RGB frames with one moving square per object, the same \
+frames and box prompts as tools/reference/time_reference.py, so the two can be compared stage by \
+stage (tools/reference/bench_alternating.sh runs both alternately). `--input DIR` tracks a folder \
+of frames instead (objects get boxes spread over the first frame; speed does not depend on where \
+they are).
+
+Stages: preprocess, image encoder (backbone + FPN + high-res convs), memory attention (memory \
+gathering + the transformer), prompt encoder + mask decoder, memory encoder + spatial perceiver, \
+post-process (full-resolution masks and boxes). GFLOP/s are 2 x counted multiply-adds / time.";
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// `synthetic` (generated 640x360 frames) or a folder of PNG/JPEG frames.
+    #[arg(long, value_name = "synthetic|DIR", default_value = "synthetic")]
+    input: String,
+    /// Object counts to measure, comma-separated.
+    #[arg(long, value_name = "N,..", default_value = "1,3", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    objects: Vec<u32>,
+    /// Measured frames per configuration.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
+    frames: u32,
+    /// Frames tracked before measuring (frame 0, the prompted one, is always a warm-up frame).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    warmup: u32,
+    /// Serial, encoder-ahead (the next frame's image encoder on its own thread) or both.
+    #[arg(long, value_name = "on|off|both", default_value = "off")]
+    encoder_ahead: String,
+    /// Compute threads (sets RAYON_NUM_THREADS; default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+    /// Precision: `f32` (exact, default). `bf16` is the planned fast mode; not available yet.
+    #[arg(long, value_name = "f32|bf16", default_value = "f32")]
+    dtype: String,
+    /// Write every frame's stage times and the summaries as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw latency over frames and the median stage breakdown per configuration (SVG).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+/// Synthetic frame size (the reference timing script uses the same).
+pub const SYNTH_W: usize = 640;
+pub const SYNTH_H: usize = 360;
+
+/// Frame `t` of the synthetic clip: a gradient background and one 80x80 square per object,
+/// moving 4 px per frame. Mirrors `frame()` in tools/reference/time_reference.py byte for byte.
+pub fn synthetic_frame(t: usize, objects: usize) -> Vec<u8> {
+    let mut f = vec![0u8; SYNTH_W * SYNTH_H * 3];
+    for y in 0..SYNTH_H {
+        for x in 0..SYNTH_W {
+            let p = &mut f[(y * SYNTH_W + x) * 3..][..3];
+            p[0] = (x / 3) as u8;
+            p[1] = (y / 2) as u8;
+            p[2] = 96;
+        }
+    }
+    for k in 0..objects {
+        let (cx, cy) = synthetic_centre(t, k);
+        for y in 0..SYNTH_H {
+            for x in 0..SYNTH_W {
+                if (x as i64 - cx).abs() < 40 && (y as i64 - cy).abs() < 40 {
+                    let p = &mut f[(y * SYNTH_W + x) * 3..][..3];
+                    p.copy_from_slice(&[230, (60 * k) as u8, 40]);
+                }
+            }
+        }
+    }
+    f
+}
+
+fn synthetic_centre(t: usize, k: usize) -> (i64, i64) {
+    (120 + 150 * k as i64 + 4 * t as i64, 160 + 60 * k as i64)
+}
+
+/// Object `k`'s box on frame 0: the synthetic square with a 5 px margin, or for real frames
+/// boxes spread over the frame.
+fn object_box(k: usize, objects: usize, width: usize, height: usize, synthetic: bool) -> Prompt {
+    if synthetic {
+        let (cx, cy) = synthetic_centre(0, k);
+        let (cx, cy) = (cx as f32, cy as f32);
+        return Prompt::from_box(cx - 45.0, cy - 45.0, cx + 45.0, cy + 45.0);
+    }
+    let cell = width as f32 / objects as f32;
+    let (x0, x1) = (
+        cell * k as f32 + cell * 0.2,
+        cell * (k + 1) as f32 - cell * 0.2,
+    );
+    let (y0, y1) = (height as f32 * 0.3, height as f32 * 0.7);
+    Prompt::from_box(x0, y0, x1, y1)
+}
+
+/// The frames a run tracks: generated, or read from a folder (cycled when shorter).
+enum Input {
+    Synthetic,
+    Files(Vec<(Vec<u8>, usize, usize)>),
+}
+
+impl Input {
+    fn open(spec: &str, needed: usize) -> Result<Self> {
+        if spec == "synthetic" {
+            return Ok(Self::Synthetic);
+        }
+        let paths = crate::track::list_frames(Path::new(spec))?;
+        let mut frames = Vec::new();
+        for p in paths.iter().take(needed) {
+            let img = image::open(p)
+                .with_context(|| format!("cannot read frame {}", p.display()))?
+                .to_rgb8();
+            let (w, h) = (img.width() as usize, img.height() as usize);
+            if let Some((_, w0, h0)) = frames.first() {
+                if (*w0, *h0) != (w, h) {
+                    bail!(
+                        "frame {} is {w}x{h}, the first frame is {w0}x{h0}: a benchmark needs \
+                         one size",
+                        p.display()
+                    );
+                }
+            }
+            frames.push((img.into_raw(), w, h));
+        }
+        Ok(Self::Files(frames))
+    }
+
+    fn synthetic(&self) -> bool {
+        matches!(self, Self::Synthetic)
+    }
+
+    fn size(&self) -> (usize, usize) {
+        match self {
+            Self::Synthetic => (SYNTH_W, SYNTH_H),
+            Self::Files(f) => f.first().map(|(_, w, h)| (*w, *h)).unwrap_or((0, 0)),
+        }
+    }
+
+    fn frame(&self, t: usize, objects: usize) -> Vec<u8> {
+        match self {
+            Self::Synthetic => synthetic_frame(t, objects),
+            Self::Files(f) => f[t % f.len()].0.clone(),
+        }
+    }
+}
+
+/// One measured frame.
+#[derive(Debug, Clone, Serialize)]
+struct FrameRecord {
+    frame: u64,
+    /// Serial: the whole `track` call. Encoder-ahead: the interval between this frame's result
+    /// and the previous one's (the steady-state cost of a frame when the two threads overlap).
+    end_to_end_ms: f64,
+    /// Encoder-ahead only: from handing the frame to the pipeline to its result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_ms: Option<f64>,
+    preprocess_ms: f64,
+    image_encoder_ms: f64,
+    memory_attention_ms: f64,
+    mask_decoder_ms: f64,
+    memory_encoder_ms: f64,
+    postprocess_ms: f64,
+}
+
+impl FrameRecord {
+    fn new(frame: u64, end_to_end: Duration, latency: Option<Duration>, s: &StageTimes) -> Self {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        Self {
+            frame,
+            end_to_end_ms: ms(end_to_end),
+            latency_ms: latency.map(ms),
+            preprocess_ms: ms(s.preprocess),
+            image_encoder_ms: ms(s.image_encoder),
+            memory_attention_ms: ms(s.memory_attention),
+            mask_decoder_ms: ms(s.mask_decoder),
+            memory_encoder_ms: ms(s.memory_encoder),
+            postprocess_ms: ms(s.postprocess),
+        }
+    }
+
+    /// `(column key, value)` for every reported column, end to end first.
+    fn columns(&self) -> [(&'static str, f64); 7] {
+        [
+            ("end_to_end_ms", self.end_to_end_ms),
+            ("preprocess_ms", self.preprocess_ms),
+            ("image_encoder_ms", self.image_encoder_ms),
+            ("memory_attention_ms", self.memory_attention_ms),
+            ("mask_decoder_ms", self.mask_decoder_ms),
+            ("memory_encoder_ms", self.memory_encoder_ms),
+            ("postprocess_ms", self.postprocess_ms),
+        ]
+    }
+}
+
+const LABELS: [&str; 7] = [
+    "frame (end to end)",
+    "preprocess",
+    "image encoder",
+    "memory attention",
+    "prompt enc + mask decoder",
+    "memory enc + perceiver",
+    "post-process",
+];
+
+#[derive(Debug, Clone, Serialize)]
+struct ConfigReport {
+    objects: u32,
+    encoder_ahead: bool,
+    dtype: String,
+    threads: usize,
+    image_size: usize,
+    frame_width: usize,
+    frame_height: usize,
+    warmup: u32,
+    frames: Vec<FrameRecord>,
+    median: serde_json::Map<String, serde_json::Value>,
+    p95: serde_json::Map<String, serde_json::Value>,
+    max: serde_json::Map<String, serde_json::Value>,
+    /// Measured frames / wall time over them.
+    fps: f64,
+    /// Achieved GFLOP/s per stage (2 x counted multiply-adds / summed stage time).
+    gflops: serde_json::Map<String, serde_json::Value>,
+    /// Counted multiply-adds of the measured frames, per stage (GMAC per frame, mean).
+    gmac_per_frame: serde_json::Map<String, serde_json::Value>,
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summarize(frames: &[FrameRecord], q: f64) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    for c in 0..7 {
+        let mut v: Vec<f64> = frames.iter().map(|f| f.columns()[c].1).collect();
+        v.sort_by(f64::total_cmp);
+        let key = frames.first().map(|f| f.columns()[c].0).unwrap_or("");
+        out.insert(key.to_string(), serde_json::json!(percentile(&v, q)));
+    }
+    out
+}
+
+fn get(m: &serde_json::Map<String, serde_json::Value>, k: &str) -> f64 {
+    m.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
+}
+
+/// Spatial memories and object pointers an object reads on frame `t` of a run prompted on
+/// frame 0 (the prompt frame plus the most recent ones, as the memory bank selects them).
+fn memory_counts(model: &EdgeTam, t: u64) -> (usize, usize) {
+    let c = model.config();
+    let t = t as usize;
+    (
+        t.min(c.num_maskmem),
+        t.min(c.max_object_pointers_in_encoder),
+    )
+}
+
+/// Counted multiply-adds per stage for frame `t` with `objects` tracked objects, in
+/// [`FrameRecord::columns`] order (end to end first).
+fn frame_macs(model: &EdgeTam, t: u64, objects: u32) -> [f64; 7] {
+    let (mems, ptrs) = memory_counts(model, t);
+    let _ = (mems, ptrs, objects);
+    // TODO(work counts): wire in the counted multiply-adds.
+    [0.0; 7]
+}
+
+struct Run<'a> {
+    model: &'a Arc<EdgeTam>,
+    input: &'a Input,
+    warmup: u32,
+    frames: u32,
+    progress: &'a ProgressBar,
+}
+
+impl Run<'_> {
+    fn prompt(&self, objects: u32) -> Vec<(u32, Prompt)> {
+        let (w, h) = self.input.size();
+        (0..objects as usize)
+            .map(|k| {
+                let p = object_box(k, objects as usize, w, h, self.input.synthetic());
+                (k as u32 + 1, p)
+            })
+            .collect()
+    }
+
+    fn serial(&self, objects: u32) -> Result<Vec<FrameRecord>> {
+        let mut tracker = Tracker::new(Arc::clone(self.model));
+        for (id, p) in self.prompt(objects) {
+            tracker.add_prompt(id, 0, p)?;
+        }
+        let (w, h) = self.input.size();
+        let mut out = Vec::new();
+        for t in 0..(self.warmup + self.frames) as usize {
+            let rgb = self.input.frame(t, objects as usize);
+            let start = Instant::now();
+            let r = tracker.track(&rgb, w, h)?;
+            let took = start.elapsed();
+            if t >= self.warmup as usize {
+                out.push(FrameRecord::new(r.frame_index, took, None, &r.times));
+            }
+            self.progress.inc(1);
+        }
+        Ok(out)
+    }
+
+    fn ahead(&self, objects: u32) -> Result<Vec<FrameRecord>> {
+        let pipeline = Pipeline::builder(Arc::clone(self.model))
+            .encoder_ahead(true)
+            .queue_capacity(2)
+            .drop_policy(DropPolicy::Block)
+            .build()?;
+        for (id, p) in self.prompt(objects) {
+            pipeline.add_prompt(id, p)?;
+        }
+        let (w, h) = self.input.size();
+        let total = (self.warmup + self.frames) as usize;
+        let mut out = Vec::new();
+        let mut last_out: Option<Instant> = None;
+        std::thread::scope(|s| -> Result<()> {
+            // Frames are generated ahead on their own thread; the queue holds 2.
+            let feeder = s.spawn(|| -> Result<()> {
+                for t in 0..total {
+                    let rgb = self.input.frame(t, objects as usize);
+                    if let Err(e) = pipeline.push(Frame::new(&rgb[..], w, h, PixelFormat::Rgb8)) {
+                        pipeline.finish(); // unblocks `recv` below
+                        return Err(e.into());
+                    }
+                }
+                Ok(())
+            });
+            for t in 0..total {
+                let o = pipeline.recv()?;
+                let now = Instant::now();
+                let r = match &o.outcome {
+                    Outcome::Tracked(r) => r,
+                    Outcome::Failed(e) => bail!("frame {t} failed: {e}"),
+                    Outcome::Dropped => bail!("frame {t} was dropped (blocking queue)"),
+                };
+                if t >= self.warmup as usize {
+                    let interval = last_out.map_or(Duration::ZERO, |p| now - p);
+                    out.push(FrameRecord::new(
+                        r.frame_index,
+                        interval,
+                        Some(o.timings.end_to_end),
+                        &r.times,
+                    ));
+                }
+                last_out = Some(now);
+                self.progress.inc(1);
+            }
+            feeder
+                .join()
+                .map_err(|_| anyhow::anyhow!("frame feeder thread panicked"))??;
+            Ok(())
+        })?;
+        pipeline.close();
+        Ok(out)
+    }
+}
+
+fn parse_modes(s: &str) -> Result<Vec<bool>> {
+    Ok(match s {
+        "off" => vec![false],
+        "on" => vec![true],
+        "both" => vec![false, true],
+        _ => bail!("--encoder-ahead must be on, off or both, got `{s}`"),
+    })
+}
+
+pub fn bench(args: BenchArgs) -> Result<()> {
+    match args.dtype.as_str() {
+        "f32" => {}
+        "bf16" => bail!(
+            "--dtype bf16: the bf16 fast mode is not implemented yet; only the exact f32 path \
+             can be measured"
+        ),
+        other => bail!("--dtype must be f32 or bf16, got `{other}`"),
+    }
+    let modes = parse_modes(&args.encoder_ahead)?;
+    if let Some(t) = args.threads {
+        // Before any pool exists: candle's matmuls, rayon and our kernels all read it.
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+    }
+    let threads = candle_core::utils::get_num_threads();
+    let model = Arc::new(crate::load_model(&args.model)?);
+    let total = (args.warmup + args.frames) as usize;
+    let input = Input::open(&args.input, total)?;
+    let (fw, fh) = input.size();
+    let image_size = model.config().image_size;
+    let runs = args.objects.len() * modes.len();
+    eprintln!(
+        "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} configuration(s) \
+         x ({} warm-up + {} measured frames)",
+        if input.synthetic() {
+            "synthetic"
+        } else {
+            "file"
+        },
+        runs,
+        args.warmup,
+        args.frames
+    );
+    let progress = ProgressBar::new((runs * total) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let run = Run {
+        model: &model,
+        input: &input,
+        warmup: args.warmup,
+        frames: args.frames,
+        progress: &progress,
+    };
+    let mut reports = Vec::new();
+    for &objects in &args.objects {
+        for &ahead in &modes {
+            progress.set_message(format!(
+                "{objects} object(s), {}",
+                if ahead { "encoder-ahead" } else { "serial" }
+            ));
+            let frames = if ahead {
+                run.ahead(objects)?
+            } else {
+                run.serial(objects)?
+            };
+            let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
+            reports.push(report(
+                &model,
+                objects,
+                ahead,
+                threads,
+                &args,
+                &frames,
+                measured,
+                (fw, fh),
+            ));
+        }
+    }
+    progress.finish_and_clear();
+    print!("{}", render(&reports));
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "tool": "edgetam bench",
+            "version": env!("CARGO_PKG_VERSION"),
+            "input": if input.synthetic() { "synthetic".to_string() } else { args.input.clone() },
+            "threads": threads,
+            "configs": reports,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        crate::bench_plot::draw(path, &reports_for_plot(&reports))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    model: &EdgeTam,
+    objects: u32,
+    ahead: bool,
+    threads: usize,
+    args: &BenchArgs,
+    frames: &[FrameRecord],
+    measured_s: f64,
+    (fw, fh): (usize, usize),
+) -> ConfigReport {
+    let mut macs = [0f64; 7];
+    for f in frames {
+        for (a, m) in macs.iter_mut().zip(frame_macs(model, f.frame, objects)) {
+            *a += m;
+        }
+    }
+    let mut gflops = serde_json::Map::new();
+    let mut gmac = serde_json::Map::new();
+    for (c, &m) in macs.iter().enumerate() {
+        let Some(key) = frames.first().map(|f| f.columns()[c].0) else {
+            break;
+        };
+        let secs: f64 = frames.iter().map(|f| f.columns()[c].1).sum::<f64>() / 1e3;
+        if m > 0.0 && secs > 0.0 {
+            gflops.insert(key.into(), serde_json::json!(2.0 * m / secs / 1e9));
+            gmac.insert(key.into(), serde_json::json!(m / frames.len() as f64 / 1e9));
+        }
+    }
+    ConfigReport {
+        objects,
+        encoder_ahead: ahead,
+        dtype: args.dtype.clone(),
+        threads,
+        image_size: model.config().image_size,
+        frame_width: fw,
+        frame_height: fh,
+        warmup: args.warmup,
+        frames: frames.to_vec(),
+        median: summarize(frames, 0.5),
+        p95: summarize(frames, 0.95),
+        max: summarize(frames, 1.0),
+        fps: if measured_s > 0.0 {
+            frames.len() as f64 / measured_s
+        } else {
+            0.0
+        },
+        gflops,
+        gmac_per_frame: gmac,
+    }
+}
+
+fn mode_name(ahead: bool) -> &'static str {
+    if ahead {
+        "encoder-ahead"
+    } else {
+        "serial"
+    }
+}
+
+/// The text report: one stage table per configuration, then a summary line per configuration.
+fn render(reports: &[ConfigReport]) -> String {
+    let mut s = String::new();
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "\n{} object(s), {}, {}, {} threads, {} input, {}x{} frames, {} measured after {} \
+             warm-up",
+            r.objects,
+            mode_name(r.encoder_ahead),
+            r.dtype,
+            r.threads,
+            r.image_size,
+            r.frame_width,
+            r.frame_height,
+            r.frames.len(),
+            r.warmup
+        );
+        let _ = writeln!(
+            s,
+            "{:<27} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9}",
+            "stage", "p50 ms", "p95 ms", "max ms", "share", "GMAC", "GFLOP/s"
+        );
+        let stage_sum: f64 = StageTimes::NAMES
+            .iter()
+            .map(|n| get(&r.median, &format!("{n}_ms")))
+            .sum();
+        for (label, key) in LABELS.iter().zip(
+            std::iter::once("end_to_end_ms".to_string())
+                .chain(StageTimes::NAMES.iter().map(|n| format!("{n}_ms"))),
+        ) {
+            let p50 = get(&r.median, &key);
+            let share = if key == "end_to_end_ms" || stage_sum <= 0.0 {
+                String::new()
+            } else {
+                format!("{:.1}%", 100.0 * p50 / stage_sum)
+            };
+            let gmac = r
+                .gmac_per_frame
+                .get(&key)
+                .and_then(|v| v.as_f64())
+                .map_or(String::new(), |v| format!("{v:.1}"));
+            let gf = r
+                .gflops
+                .get(&key)
+                .and_then(|v| v.as_f64())
+                .map_or(String::new(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                s,
+                "{:<27} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>8} {:>9}",
+                label,
+                p50,
+                get(&r.p95, &key),
+                get(&r.max, &key),
+                share,
+                gmac,
+                gf
+            );
+        }
+        if r.encoder_ahead {
+            let lat: Vec<f64> = {
+                let mut v: Vec<f64> = r.frames.iter().filter_map(|f| f.latency_ms).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            };
+            let _ = writeln!(
+                s,
+                "(encoder-ahead: end to end = interval between results; push-to-result latency \
+                 p50 {:.1} ms)",
+                percentile(&lat, 0.5)
+            );
+        }
+    }
+    let _ = writeln!(s, "\nsummary");
+    let _ = writeln!(
+        s,
+        "{:>7} {:<14} {:>6} {:>10} {:>10} {:>10} {:>8}",
+        "objects", "mode", "dtype", "p50 ms", "p95 ms", "max ms", "FPS"
+    );
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "{:>7} {:<14} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>8.2}",
+            r.objects,
+            mode_name(r.encoder_ahead),
+            r.dtype,
+            get(&r.median, "end_to_end_ms"),
+            get(&r.p95, "end_to_end_ms"),
+            get(&r.max, "end_to_end_ms"),
+            r.fps
+        );
+    }
+    s
+}
+
+/// What the plot needs of a configuration.
+pub struct PlotSeries {
+    pub name: String,
+    pub frame_ms: Vec<(u64, f64)>,
+    /// Median per stage, in [`StageTimes::NAMES`] order.
+    pub stage_medians: Vec<f64>,
+}
+
+fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {
+    reports
+        .iter()
+        .map(|r| PlotSeries {
+            name: format!("{} obj, {}", r.objects, mode_name(r.encoder_ahead)),
+            frame_ms: r
+                .frames
+                .iter()
+                .map(|f| (f.frame, f.end_to_end_ms))
+                .collect(),
+            stage_medians: StageTimes::NAMES
+                .iter()
+                .map(|n| get(&r.median, &format!("{n}_ms")))
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_frames_match_the_reference_formula() {
+        let f = synthetic_frame(0, 3);
+        // Background (x // 3, y // 2, 96) wrapping as uint8.
+        let px = |x: usize, y: usize| &f[(y * SYNTH_W + x) * 3..][..3];
+        assert_eq!(px(0, 0), &[0, 0, 96]);
+        assert_eq!(px(639, 359), &[(639 / 3) as u8, (359 / 2) as u8, 96]);
+        // Object k's square centre.
+        assert_eq!(px(120, 160), &[230, 0, 40]);
+        assert_eq!(px(270, 220), &[230, 60, 40]);
+        assert_eq!(px(420, 280), &[230, 120, 40]);
+        // The square is |d| < 40 wide: 80 and 81 px from the centre are background.
+        assert_eq!(px(160, 160), &[(160 / 3) as u8, 80, 96]);
+        assert_eq!(px(159, 160), &[230, 0, 40]);
+        // It moves 4 px per frame.
+        let g = synthetic_frame(5, 1);
+        assert_eq!(&g[(160 * SYNTH_W + 159 + 20) * 3..][..3], &[230, 0, 40]);
+    }
+
+    #[test]
+    fn percentiles() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(percentile(&v, 0.5), 3.0);
+        assert_eq!(percentile(&v, 1.0), 5.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn encoder_ahead_modes() {
+        assert_eq!(parse_modes("both").ok(), Some(vec![false, true]));
+        assert!(parse_modes("maybe").is_err());
+    }
+}
