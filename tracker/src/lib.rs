@@ -41,8 +41,8 @@ pub mod weights;
 pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
-pub use raw_frame::{PixelLayout, RawFrame};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
+pub use raw_frame::{PixelLayout, RawFrame};
 pub use timings::StageTimes;
 pub use tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,

@@ -20,6 +20,7 @@ use crate::memory_encoder::MemoryEncoder;
 use crate::postprocess;
 use crate::preprocess;
 use crate::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
+use crate::raw_frame::RawFrame;
 use crate::spatial_perceiver::SpatialPerceiver;
 use crate::weights::Weights;
 
@@ -366,6 +367,17 @@ impl EdgeTam {
         let pixels = self.preprocess(rgb, width, height)?;
         let preprocess_time = start.elapsed();
         let mut image = self.encode_pixels(&pixels, (width, height))?;
+        image.preprocess_time = preprocess_time;
+        Ok(image)
+    }
+
+    /// Runs preprocessing and the image encoder on a frame in any [`RawFrame`] layout (on CUDA
+    /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
+    pub fn encode_frame(&self, frame: &RawFrame) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
+        let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
+        let preprocess_time = start.elapsed();
+        let mut image = self.encode_pixels(&pixels, (frame.width, frame.height))?;
         image.preprocess_time = preprocess_time;
         Ok(image)
     }

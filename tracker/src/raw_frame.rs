@@ -114,8 +114,11 @@ impl<'a> RawFrame<'a> {
                     _ => {
                         let cs = s / 2;
                         luma.and_then(|l| {
-                            l.checked_add(cs.checked_mul(h / 2)?)?
-                                .checked_add(plane(h / 2, cs, w / 2)?)
+                            l.checked_add(cs.checked_mul(h / 2)?)?.checked_add(plane(
+                                h / 2,
+                                cs,
+                                w / 2,
+                            )?)
                         })
                     }
                 }

@@ -27,6 +27,7 @@ use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 use crate::error::{Error, Result};
 use crate::model::{mask_area_and_box_host, EdgeTam, ImageEmbedding, Prompt, Segmentation};
 use crate::postprocess;
+use crate::raw_frame::RawFrame;
 use crate::timings::{timed, StageTimes};
 use crate::tracking_step::{GatheredMemory, MemoryInput};
 
@@ -341,6 +342,18 @@ impl Tracker {
             return Ok(self.advance_empty(width, height));
         }
         let image = self.model.encode_image(rgb, width, height)?;
+        self.track_embedding(image)
+    }
+
+    /// As [`Self::track`] for a frame in any [`RawFrame`] layout (RGB/BGR with or without a
+    /// fourth byte, gray, NV12, I420, any stride). On CUDA only the frame's bytes are uploaded
+    /// and converted there; results are identical to converting to RGB8 first.
+    pub fn track_frame(&mut self, frame: &RawFrame) -> Result<FrameResult> {
+        if self.objects.is_empty() {
+            frame.validate()?;
+            return Ok(self.advance_empty(frame.width, frame.height));
+        }
+        let image = self.model.encode_frame(frame)?;
         self.track_embedding(image)
     }
 

@@ -29,7 +29,9 @@ impl Transfers {
         Transfers {
             uploaded_bytes: self.uploaded_bytes.saturating_sub(earlier.uploaded_bytes),
             uploads: self.uploads.saturating_sub(earlier.uploads),
-            downloaded_bytes: self.downloaded_bytes.saturating_sub(earlier.downloaded_bytes),
+            downloaded_bytes: self
+                .downloaded_bytes
+                .saturating_sub(earlier.downloaded_bytes),
             downloads: self.downloads.saturating_sub(earlier.downloads),
         }
     }

@@ -26,8 +26,12 @@ fn gpu() -> Option<Device> {
     }
 }
 
+/// The fixtures: `$EDGETAM_FIXTURES` when set (a test binary carried to another machine, see
+/// scripts/gpu-check.sh), else the repository's.
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+    std::env::var_os("EDGETAM_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures"))
 }
 
 /// A deterministic frame of `layout` (`w` x `h`, row padding `pad` bytes).

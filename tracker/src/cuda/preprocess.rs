@@ -242,7 +242,12 @@ impl PreprocessOp {
         let mut rgb = unsafe { dev.alloc::<u8>(w * h * 3)? };
         let func = dev.get_or_load_custom_func("edgetam_to_rgb", super::MODULE, ptx)?;
         let mut b = func.builder();
-        b.arg(src).arg(&mut rgb).arg(&wi).arg(&hi).arg(&stride).arg(&layout);
+        b.arg(src)
+            .arg(&mut rgb)
+            .arg(&wi)
+            .arg(&hi)
+            .arg(&stride)
+            .arg(&layout);
         // SAFETY: argument types and count match the kernel's signature; the buffers hold the
         // sizes it indexes (validated frame, w*h*3 output).
         unsafe { b.launch(cfg(w * h)) }.w()?;
@@ -254,7 +259,12 @@ impl PreprocessOp {
                 let mut out = unsafe { dev.alloc::<u8>(h * s * 3)? };
                 let func = dev.get_or_load_custom_func("edgetam_resize_w", super::MODULE, ptx)?;
                 let mut b = func.builder();
-                b.arg(&rgb).arg(&mut out).arg(table).arg(&wi).arg(&hi).arg(&si);
+                b.arg(&rgb)
+                    .arg(&mut out)
+                    .arg(table)
+                    .arg(&wi)
+                    .arg(&hi)
+                    .arg(&si);
                 b.arg(&max_taps).arg(&precision);
                 // SAFETY: as above; the table has out_w * (2 + max_taps) entries.
                 unsafe { b.launch(cfg(h * s * 3)) }.w()?;
@@ -289,7 +299,12 @@ impl PreprocessOp {
         let d: [f32; 3] = std::array::from_fn(|c| STD[c] * 255.0);
         let mut b = func.builder();
         b.arg(&rgb).arg(&mut out).arg(&si);
-        b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&d[0]).arg(&d[1]).arg(&d[2]);
+        b.arg(&m[0])
+            .arg(&m[1])
+            .arg(&m[2])
+            .arg(&d[0])
+            .arg(&d[1])
+            .arg(&d[2]);
         // SAFETY: as above; `rgb` is s*s*3 bytes here (both passes ran or the frame is s x s).
         unsafe { b.launch(cfg(3 * s * s)) }.w()?;
         Ok(out)
@@ -328,6 +343,9 @@ impl CustomOp3 for PreprocessOp {
         let ht = self.height_pass.map(|_| view_i32(ht, ht_l)).transpose()?;
         let out = self.run(&dev, &src, wt, ht)?;
         let s = self.size;
-        Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((1, 3, s, s))))
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((1, 3, s, s)),
+        ))
     }
 }
