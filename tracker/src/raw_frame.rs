@@ -39,19 +39,6 @@ impl PixelLayout {
             PixelLayout::Nv12 | PixelLayout::I420 => None,
         }
     }
-
-    /// The code the device kernel switches on.
-    pub(crate) fn code(self) -> i32 {
-        match self {
-            PixelLayout::Rgb8 => 0,
-            PixelLayout::Rgba8 => 1,
-            PixelLayout::Bgr8 => 2,
-            PixelLayout::Bgra8 => 3,
-            PixelLayout::Gray8 => 4,
-            PixelLayout::Nv12 => 5,
-            PixelLayout::I420 => 6,
-        }
-    }
 }
 
 /// A borrowed frame: bytes, size, row stride and layout.

@@ -206,6 +206,19 @@ struct PreprocessOp {
     height_pass: Option<(i32, i32)>,
 }
 
+/// The code `edgetam_to_rgb` switches on.
+fn layout_code(layout: PixelLayout) -> i32 {
+    match layout {
+        PixelLayout::Rgb8 => 0,
+        PixelLayout::Rgba8 => 1,
+        PixelLayout::Bgr8 => 2,
+        PixelLayout::Bgra8 => 3,
+        PixelLayout::Gray8 => 4,
+        PixelLayout::Nv12 => 5,
+        PixelLayout::I420 => 6,
+    }
+}
+
 fn cfg(n: usize) -> LaunchConfig {
     let block = 256u32;
     LaunchConfig {
@@ -235,7 +248,7 @@ impl PreprocessOp {
         let (w, h, s) = (self.width, self.height, self.size);
         let (wi, hi, si) = (i32_of(w)?, i32_of(h)?, i32_of(s)?);
         let stride = i32_of(self.stride)?;
-        let layout = self.layout.code();
+        let layout = layout_code(self.layout);
 
         // 1. Packed RGB8.
         // SAFETY: every element is written by the kernel below before it is read.
