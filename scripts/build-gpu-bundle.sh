@@ -7,7 +7,9 @@
 #
 # GPU_CUDA_MAJOR: the CUDA major version of the libraries on the GPU machine (PyTorch's:
 # `python3 -c 'import torch; print(torch.version.cuda)'`), 12 (default) or 13.
-# CUDA_COMPUTE_CAP: the GPU's architecture for candle's kernels (90 = H100/H200, the default).
+# CUDA_COMPUTE_CAP: the architecture candle's kernels are compiled for (default 80: PTX the
+# driver JITs for any newer GPU, H100/H200 included, and the same build as CI's check so nvcc
+# does not run again; 90 gives sm_90a PTX, for Hopper only).
 # PTX_VERSION (optional, e.g. 8.5): rewrite the `.version` of candle's PTX. The toolkit here is
 # CUDA 13.0 (the first whose wheels carry nvcc), whose PTX needs a driver >= 580; a GPU machine
 # with an older driver rejects it (CUDA_ERROR_UNSUPPORTED_PTX_VERSION). candle's kernels use no
@@ -23,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAJOR="${GPU_CUDA_MAJOR:-12}"
-export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
+export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-80}"
 JOBS="${JOBS:-2}"
 bash scripts/install-cuda-toolkit.sh
 # shellcheck source=scripts/cuda-env.sh
@@ -42,12 +44,10 @@ declare -A SONAME=(
   [cublasLt]="libcublasLt.so.$MAJOR"
   [cudart]="libcudart.so.$MAJOR"
 )
-CUDARC=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 1 -mindepth 1 -type d \
-  -exec sh -c 'ls -d "$1"/cudarc-0.19.* 2>/dev/null' _ {} \; | sort -V | tail -n 1)
-if [ -z "$CUDARC" ]; then
-  cargo fetch
-  CUDARC=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 2 -type d -name 'cudarc-0.19.*' | sort -V | tail -n 1)
-fi
+# cudarc's sources (the version in Cargo.lock) list the symbols each library must provide.
+cudarc_version=$(awk '/^name = "cudarc"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
+cargo fetch >/dev/null
+CUDARC=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"cudarc-$cudarc_version" | head -n 1)
 
 STUBS="target/cuda-stubs-$MAJOR"
 mkdir -p "$STUBS"
@@ -67,10 +67,13 @@ nm -D --defined-only "$CUDA_HOME/lib/libcudart.so.13" | awk '$2 ~ /[TW]/ {print 
   | sed 's/@.*//' | sort -u > "$STUBS/cudart.syms"
 for lib in cuda nvrtc curand cublas cublasLt cudart; do stub "$lib" "$STUBS/$lib.syms"; done
 
-# cudarc adds its own link-search paths from CUDA_HOME; the stubs come first.
-export RUSTFLAGS="${RUSTFLAGS:-} -L native=$PWD/$STUBS"
-CONFIG=(--config profile.release.debug=0 --config profile.release.strip=true)
-cargo build --release -j "$JOBS" "${CONFIG[@]}" --features cuda --bin edgetam
+# The linker finds the stubs through LIBRARY_PATH (cc turns it into -L): unlike RUSTFLAGS it
+# does not change any crate's fingerprint, so the release build is shared with a normal one.
+# cudarc's own search paths (CUDA_HOME/lib*) hold no unversioned libcuda/libcublas/... names.
+export LIBRARY_PATH="$PWD/$STUBS${LIBRARY_PATH:+:$LIBRARY_PATH}"
+# Debug info stays as the release profile has it (changing it would rebuild every crate); the
+# copies in gpu-bundle/ are stripped.
+cargo build --release -j "$JOBS" --features cuda --bin edgetam
 
 if [ -n "${PTX_VERSION:-}" ]; then
   changed=0
@@ -82,11 +85,11 @@ if [ -n "${PTX_VERSION:-}" ]; then
   done
   if [ "$changed" = 1 ]; then
     echo "PTX declared as ISA $PTX_VERSION; rebuilding"
-    cargo build --release -j "$JOBS" "${CONFIG[@]}" --features cuda --bin edgetam
+    cargo build --release -j "$JOBS" --features cuda --bin edgetam
   fi
 fi
 
-test_exe=$(cargo test --release -j "$JOBS" "${CONFIG[@]}" --features cuda -p edgetam-tracker \
+test_exe=$(cargo test --release -j "$JOBS" --features cuda -p edgetam-tracker \
   --test cuda_parity --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for line in sys.stdin:

@@ -245,6 +245,30 @@ struct ConfigReport {
     gflops: serde_json::Map<String, serde_json::Value>,
     /// Counted multiply-adds of the measured frames, per stage (GMAC per frame, mean).
     gmac_per_frame: serde_json::Map<String, serde_json::Value>,
+    /// On a GPU: host <-> device traffic per frame, mean over the whole run (warm-up included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer_per_frame: Option<TransferPerFrame>,
+}
+
+/// Mean host <-> device copies per frame (`edgetam_tracker::transfer`).
+#[derive(Debug, Clone, Serialize)]
+struct TransferPerFrame {
+    uploaded_bytes: f64,
+    uploads: f64,
+    downloaded_bytes: f64,
+    downloads: f64,
+}
+
+impl TransferPerFrame {
+    fn new(t: edgetam::tracker::transfer::Transfers, frames: usize) -> Self {
+        let n = frames.max(1) as f64;
+        Self {
+            uploaded_bytes: t.uploaded_bytes as f64 / n,
+            uploads: t.uploads as f64 / n,
+            downloaded_bytes: t.downloaded_bytes as f64 / n,
+            downloads: t.downloads as f64 / n,
+        }
+    }
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -445,13 +469,15 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 "{objects} object(s), {}",
                 if ahead { "encoder-ahead" } else { "serial" }
             ));
+            let moved_before = edgetam::tracker::transfer::snapshot();
             let frames = if ahead {
                 run.ahead(objects)?
             } else {
                 run.serial(objects)?
             };
+            let moved = edgetam::tracker::transfer::snapshot().since(&moved_before);
             let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
-            reports.push(report(
+            let mut r = report(
                 &model,
                 objects,
                 ahead,
@@ -460,7 +486,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 &frames,
                 measured,
                 (fw, fh),
-            ));
+            );
+            if !model.device().is_cpu() {
+                r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
+            }
+            reports.push(r);
         }
     }
     progress.finish_and_clear();
@@ -533,6 +563,7 @@ fn report(
         },
         gflops,
         gmac_per_frame: gmac,
+        transfer_per_frame: None,
     }
 }
 
@@ -601,6 +632,14 @@ fn render(reports: &[ConfigReport]) -> String {
                 share,
                 gmac,
                 gf
+            );
+        }
+        if let Some(t) = &r.transfer_per_frame {
+            let _ = writeln!(
+                s,
+                "(host <-> device per frame: {:.0} bytes up in {:.1} copies, {:.0} bytes down in \
+                 {:.1} copies)",
+                t.uploaded_bytes, t.uploads, t.downloaded_bytes, t.downloads
             );
         }
         if r.encoder_ahead {
