@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds, on a machine without a GPU, what scripts/gpu-check.sh runs on a GPU machine that has no
 # Rust toolchain and no network: the `edgetam` CLI and the `cuda_parity` test binary, with
-# `--features cuda`, stripped, in gpu-bundle/ (git-ignored; carry that folder).
+# `--features cuda`, stripped and xz-compressed, in gpu-bundle/ (git-ignored; carry that folder).
+# Each binary is ~50 MB stripped (mostly candle's PTX and static kernels), ~7 MB compressed: the
+# carry limit is 64 MiB in all. gpu-check.sh decompresses them (Python's lzma, no xz needed).
 #
 #   GPU_CUDA_MAJOR=12 bash scripts/build-gpu-bundle.sh     # then carry gpu-bundle/
 #
@@ -102,7 +104,14 @@ rm -rf gpu-bundle
 mkdir -p gpu-bundle
 cp target/release/edgetam gpu-bundle/
 if [ -n "$test_exe" ]; then cp "$test_exe" gpu-bundle/cuda_parity; fi
-strip gpu-bundle/* 2>/dev/null || true
+strip gpu-bundle/edgetam gpu-bundle/cuda_parity 2>/dev/null || true
+ls -l gpu-bundle
+for f in gpu-bundle/edgetam gpu-bundle/cuda_parity; do
+  [ -f "$f" ] || continue
+  echo "$f needs:"
+  readelf -d "$f" | awk '/NEEDED/ {print "  " $5}'
+  xz -T "$JOBS" -6 -f "$f"
+done
 cat > gpu-bundle/BUILD_INFO <<EOF
 commit $(git rev-parse HEAD 2>/dev/null || echo unknown)
 cuda_major $MAJOR
@@ -114,6 +123,3 @@ EOF
 echo "gpu-bundle/ (carry it; 64 MiB at most in all):"
 ls -l gpu-bundle
 du -sh gpu-bundle
-for f in gpu-bundle/edgetam gpu-bundle/cuda_parity; do
-  [ -f "$f" ] && { echo "$f needs:"; readelf -d "$f" | awk '/NEEDED/ {print "  " $5}'; }
-done

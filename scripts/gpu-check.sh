@@ -89,9 +89,17 @@ if command -v cargo >/dev/null 2>&1 && { command -v nvcc >/dev/null 2>&1 || [ -x
     PARITY=$(find target/release/deps -maxdepth 1 -type f -executable -name 'cuda_parity-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n1 | cut -d' ' -f2)
   fi
 fi
-if [ -z "$EDGETAM" ] && [ -x gpu-bundle/edgetam ]; then
-  EDGETAM=gpu-bundle/edgetam
-  [ -x gpu-bundle/cuda_parity ] && PARITY=gpu-bundle/cuda_parity
+if [ -z "$EDGETAM" ] && [ -f gpu-bundle/edgetam.xz ]; then
+  # Carried compressed (scripts/build-gpu-bundle.sh); Python's lzma needs no xz binary.
+  BIN="${TMPDIR:-/tmp}/edgetam-gpu-bin"
+  mkdir -p "$BIN"
+  for f in gpu-bundle/*.xz; do
+    python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileobj(i, o)' \
+      "$f" "$BIN/$(basename "$f" .xz)" && chmod +x "$BIN/$(basename "$f" .xz)"
+  done
+  [ -x "$BIN/edgetam" ] && EDGETAM="$BIN/edgetam"
+  [ -x "$BIN/cuda_parity" ] && PARITY="$BIN/cuda_parity"
 fi
 if [ -z "$EDGETAM" ]; then
   log "no edgetam binary: no cargo + nvcc here and no gpu-bundle/ carried (scripts/build-gpu-bundle.sh)"

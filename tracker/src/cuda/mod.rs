@@ -6,7 +6,10 @@
 
 pub mod preprocess;
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use candle_core::{Device, Tensor};
 
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
@@ -33,4 +36,36 @@ pub(crate) fn ptx() -> candle_core::Result<&'static str> {
         Ok(src) => Ok(src.as_str()),
         Err(e) => Err(candle_core::Error::Msg(e.clone())),
     }
+}
+
+/// What a cached constant is: a name and the sizes it was made for.
+pub(crate) type ConstKey = (&'static str, usize, usize, usize);
+
+/// Small constant tensors (resize taps and the like) made once per CUDA device and key instead
+/// of being uploaded on every frame. `make` runs on a miss; CPU tensors are never cached (the
+/// caller makes those directly).
+pub(crate) fn cached_consts(
+    device: &Device,
+    key: ConstKey,
+    make: impl FnOnce() -> candle_core::Result<Vec<Tensor>>,
+) -> candle_core::Result<Vec<Tensor>> {
+    type Cache = HashMap<(candle_core::cuda_backend::DeviceId, ConstKey), Vec<Tensor>>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let Device::Cuda(cuda) = device else {
+        return make();
+    };
+    let full = (cuda.id(), key);
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&full).cloned()) {
+        return Ok(t);
+    }
+    let made = make()?;
+    if let Ok(mut c) = cache.lock() {
+        // A few frame sizes per stream in practice; never grow without bound.
+        if c.len() >= 256 {
+            c.clear();
+        }
+        c.insert(full, made.clone());
+    }
+    Ok(made)
 }
