@@ -7,8 +7,9 @@
 # build on the machine (only when cargo and nvcc are there) adds up to 500 s.
 #
 # 1. environment: GPU, driver, PyTorch and its CUDA, whether cargo is there;
-# 2. binaries: built here when cargo and nvcc exist, else the prebuilt gpu-bundle/ carried in
-#    (scripts/build-gpu-bundle.sh on a build machine; GPU_CUDA_MAJOR = PyTorch's CUDA major);
+# 2. binaries: the prebuilt gpu-bundle/ carried in (scripts/build-gpu-bundle.sh on a build
+#    machine, GPU_CUDA_MAJOR = PyTorch's CUDA major there), else built here when cargo and nvcc
+#    exist (GPU_CHECK_BUILD=0 forbids that);
 # 3. parity on CUDA: the cuda_parity tests (device preprocessing vs CPU, the sequence fixtures
 #    vs the goldens), or `edgetam check` on the fixtures when no test binary came;
 # 4. `edgetam bench` at 1024, 1 and 3 objects, serial and encoder-ahead, f32 then f16;
@@ -74,9 +75,23 @@ export LD_LIBRARY_PATH="${nvlibs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export EDGETAM_FIXTURES="$PWD/fixtures"
 
 # --- 2. binaries ----------------------------------------------------------------------------
+# The carried bundle first (no build time); else a build here when cargo and nvcc exist.
 EDGETAM=""
 PARITY=""
-if command -v cargo >/dev/null 2>&1 && { command -v nvcc >/dev/null 2>&1 || [ -x .cuda-toolkit/cuda/bin/nvcc ]; }; then
+if [ -f gpu-bundle/edgetam.xz ]; then
+  # Carried compressed (scripts/build-gpu-bundle.sh); Python's lzma needs no xz binary.
+  BIN="${TMPDIR:-/tmp}/edgetam-gpu-bin"
+  mkdir -p "$BIN"
+  for f in gpu-bundle/*.xz; do
+    python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileobj(i, o)' \
+      "$f" "$BIN/$(basename "$f" .xz)" && chmod +x "$BIN/$(basename "$f" .xz)"
+  done
+  [ -x "$BIN/edgetam" ] && EDGETAM="$BIN/edgetam"
+  [ -x "$BIN/cuda_parity" ] && PARITY="$BIN/cuda_parity"
+fi
+if [ -z "$EDGETAM" ] && [ "${GPU_CHECK_BUILD:-1}" != 0 ] && command -v cargo >/dev/null 2>&1 \
+  && { command -v nvcc >/dev/null 2>&1 || [ -x .cuda-toolkit/cuda/bin/nvcc ]; }; then
   if [ -x .cuda-toolkit/cuda/bin/nvcc ]; then
     # shellcheck source=scripts/cuda-env.sh
     source scripts/cuda-env.sh
@@ -88,18 +103,6 @@ if command -v cargo >/dev/null 2>&1 && { command -v nvcc >/dev/null 2>&1 || [ -x
     run build-tests 200 cargo test --release --features cuda -p edgetam-tracker --test cuda_parity --no-run
     PARITY=$(find target/release/deps -maxdepth 1 -type f -executable -name 'cuda_parity-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n1 | cut -d' ' -f2)
   fi
-fi
-if [ -z "$EDGETAM" ] && [ -f gpu-bundle/edgetam.xz ]; then
-  # Carried compressed (scripts/build-gpu-bundle.sh); Python's lzma needs no xz binary.
-  BIN="${TMPDIR:-/tmp}/edgetam-gpu-bin"
-  mkdir -p "$BIN"
-  for f in gpu-bundle/*.xz; do
-    python3 -c 'import lzma, shutil, sys
-with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileobj(i, o)' \
-      "$f" "$BIN/$(basename "$f" .xz)" && chmod +x "$BIN/$(basename "$f" .xz)"
-  done
-  [ -x "$BIN/edgetam" ] && EDGETAM="$BIN/edgetam"
-  [ -x "$BIN/cuda_parity" ] && PARITY="$BIN/cuda_parity"
 fi
 if [ -z "$EDGETAM" ]; then
   log "no edgetam binary: no cargo + nvcc here and no gpu-bundle/ carried (scripts/build-gpu-bundle.sh)"
