@@ -12,6 +12,7 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use edgetam::tracker::attention::{scaled_dot_product, scaled_dot_product_unfused};
+use edgetam::tracker::attention_bf16::scaled_dot_product_bf16;
 use edgetam::tracker::repvit::Depthwise;
 use edgetam::tracker::{EdgeTam, EdgeTamConfig};
 
@@ -70,10 +71,24 @@ fn attention(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("fused", name), |b| {
             b.iter(|| ok(scaled_dot_product(&q, &k, &v, scale)))
         });
+        g.bench_function(BenchmarkId::new("bf16", name), |b| {
+            b.iter(|| ok(scaled_dot_product_bf16(&q, &k, &v, scale)))
+        });
         g.bench_function(BenchmarkId::new("unfused", name), |b| {
             b.iter(|| ok(scaled_dot_product_unfused(&q, &k, &v, scale)))
         });
     }
+    g.finish();
+}
+
+/// candle's (gemm crate) fp32 matrix product at 2048^3: our matmul peak, to set the kernels'
+/// GFLOP/s against (2 * 2048^3 = 17.2 GFLOP per iteration).
+fn matmul(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul");
+    g.sample_size(10);
+    let a = randn(&[2048, 2048]);
+    let b = randn(&[2048, 2048]);
+    g.bench_function("f32_2048", |bch| bch.iter(|| ok(a.matmul(&b))));
     g.finish();
 }
 
@@ -99,5 +114,5 @@ fn image_encoder(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, depthwise, attention, image_encoder);
+criterion_group!(benches, matmul, depthwise, attention, image_encoder);
 criterion_main!(benches);

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
-use edgetam::tracker::{EdgeTam, Prompt, StageTimes, Tracker};
+use edgetam::tracker::work::StageWork;
+use edgetam::tracker::{EdgeTam, Precision, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -54,8 +55,9 @@ pub struct BenchArgs {
     /// Compute threads (sets RAYON_NUM_THREADS; default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
-    /// Precision: `f32` (exact, default). `bf16` is the planned fast mode; not available yet.
-    #[arg(long, value_name = "f32|bf16", default_value = "f32")]
+    /// Precision: `f32` (exact, default), `bf16` (the fast mode: memory attention's products
+    /// in bf16 with f32 accumulation, on CPUs with AVX512-BF16), or `f32,bf16` for both.
+    #[arg(long, value_name = "f32|bf16|f32,bf16", default_value = "f32")]
     dtype: String,
     /// Write every frame's stage times and the summaries as JSON.
     #[arg(long, value_name = "FILE")]
@@ -245,6 +247,8 @@ struct ConfigReport {
     gflops: serde_json::Map<String, serde_json::Value>,
     /// Counted multiply-adds of the measured frames, per stage (GMAC per frame, mean).
     gmac_per_frame: serde_json::Map<String, serde_json::Value>,
+    /// The same in MACs, keyed by stage name without `_ms` (what `compare_bench.py` reads).
+    macs: serde_json::Map<String, serde_json::Value>,
     /// On a GPU: host <-> device traffic per frame, mean over the whole run (warm-up included).
     #[serde(skip_serializing_if = "Option::is_none")]
     transfer_per_frame: Option<TransferPerFrame>,
@@ -294,24 +298,27 @@ fn get(m: &serde_json::Map<String, serde_json::Value>, k: &str) -> f64 {
     m.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
 }
 
-/// Spatial memories and object pointers an object reads on frame `t` of a run prompted on
-/// frame 0 (the prompt frame plus the most recent ones, as the memory bank selects them).
-fn memory_counts(model: &EdgeTam, t: u64) -> (usize, usize) {
-    let c = model.config();
-    let t = t as usize;
-    (
-        t.min(c.num_maskmem),
-        t.min(c.max_object_pointers_in_encoder),
-    )
-}
-
-/// Counted multiply-adds per stage for frame `t` with `objects` tracked objects, in
-/// [`FrameRecord::columns`] order (end to end first).
+/// Counted multiply-adds per stage for frame `t` (objects boxed on frame 0) with `objects`
+/// tracked objects, in [`FrameRecord::columns`] order (end to end first). Memory attention's
+/// layer-0 self-attention runs once per frame for all objects, and is counted once.
 fn frame_macs(model: &EdgeTam, t: u64, objects: u32) -> [f64; 7] {
-    let (mems, ptrs) = memory_counts(model, t);
-    let _ = (mems, ptrs, objects);
-    // TODO(work counts): wire in the counted multiply-adds.
-    [0.0; 7]
+    let cfg = model.config();
+    let w = StageWork::box_stream_frame(cfg, t as usize);
+    let n = u64::from(objects);
+    let mut att = n * w.memory_attention;
+    if w.memory_attention > 0 && n > 1 {
+        att -= (n - 1) * StageWork::shared_self_attention(cfg);
+    }
+    let total = w.frame_total(cfg, objects as usize) as f64;
+    [
+        total,
+        0.0,
+        w.image_encoder as f64,
+        att as f64,
+        (n * w.mask_decoder) as f64,
+        (n * w.memory_encoder) as f64,
+        0.0,
+    ]
 }
 
 struct Run<'a> {
@@ -418,26 +425,32 @@ fn parse_modes(s: &str) -> Result<Vec<bool>> {
 }
 
 pub fn bench(args: BenchArgs) -> Result<()> {
-    match args.dtype.as_str() {
-        "f32" => {}
-        "bf16" => bail!(
-            "--dtype bf16: the bf16 fast mode is not implemented yet; only the exact f32 path \
-             can be measured"
-        ),
-        other => bail!("--dtype must be f32 or bf16, got `{other}`"),
-    }
+    let dtypes: Vec<Precision> = args
+        .dtype
+        .split(',')
+        .map(|d| {
+            d.parse::<Precision>().map_err(|_| {
+                anyhow::anyhow!("--dtype must be f32 or bf16 (or both: f32,bf16), got `{d}`")
+            })
+        })
+        .collect::<Result<_>>()?;
     let modes = parse_modes(&args.encoder_ahead)?;
     if let Some(t) = args.threads {
         // Before any pool exists: candle's matmuls, rayon and our kernels all read it.
         std::env::set_var("RAYON_NUM_THREADS", t.to_string());
     }
     let threads = candle_core::utils::get_num_threads();
-    let model = Arc::new(crate::load_model(&args.model)?);
+    let mut model = crate::load_model(&args.model)?;
+    for &d in &dtypes {
+        if model.set_precision(d) != d {
+            bail!("--dtype {d}: not available here (the bf16 mode needs a CPU with AVX512-BF16)");
+        }
+    }
     let total = (args.warmup + args.frames) as usize;
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
     let image_size = model.config().image_size;
-    let runs = args.objects.len() * modes.len();
+    let runs = args.objects.len() * modes.len() * dtypes.len();
     eprintln!(
         "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} configuration(s) \
          x ({} warm-up + {} measured frames)",
@@ -455,52 +468,67 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let run = Run {
-        model: &model,
-        input: &input,
-        warmup: args.warmup,
-        frames: args.frames,
-        progress: &progress,
-    };
     let mut reports = Vec::new();
+    // Precisions innermost: compared configurations run back to back (the machine drifts).
     for &objects in &args.objects {
         for &ahead in &modes {
-            progress.set_message(format!(
-                "{objects} object(s), {}",
-                if ahead { "encoder-ahead" } else { "serial" }
-            ));
-            let moved_before = edgetam::tracker::transfer::snapshot();
-            let frames = if ahead {
-                run.ahead(objects)?
-            } else {
-                run.serial(objects)?
-            };
-            let moved = edgetam::tracker::transfer::snapshot().since(&moved_before);
-            let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
-            let mut r = report(
-                &model,
-                objects,
-                ahead,
-                threads,
-                &args,
-                &frames,
-                measured,
-                (fw, fh),
-            );
-            if !model.device().is_cpu() {
-                r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
+            for &dtype in &dtypes {
+                model.set_precision(dtype);
+                let shared = Arc::new(model);
+                progress.set_message(format!(
+                    "{objects} object(s), {}, {dtype}",
+                    if ahead { "encoder-ahead" } else { "serial" }
+                ));
+                let run = Run {
+                    model: &shared,
+                    input: &input,
+                    warmup: args.warmup,
+                    frames: args.frames,
+                    progress: &progress,
+                };
+                let moved_before = edgetam::tracker::transfer::snapshot();
+                let frames = if ahead {
+                    run.ahead(objects)?
+                } else {
+                    run.serial(objects)?
+                };
+                let moved = edgetam::tracker::transfer::snapshot().since(&moved_before);
+                let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
+                let mut r = report(
+                    &shared,
+                    objects,
+                    ahead,
+                    dtype,
+                    threads,
+                    &args,
+                    &frames,
+                    measured,
+                    (fw, fh),
+                );
+                if !shared.device().is_cpu() {
+                    r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
+                }
+                reports.push(r);
+                model = Arc::try_unwrap(shared)
+                    .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
             }
-            reports.push(r);
         }
     }
     progress.finish_and_clear();
     print!("{}", render(&reports));
+    let peak_rss = peak_rss_mib();
+    if let Some(mib) = peak_rss {
+        println!("peak RSS {mib:.0} MiB (whole run, model included)");
+    }
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
             "tool": "edgetam bench",
             "version": env!("CARGO_PKG_VERSION"),
             "input": if input.synthetic() { "synthetic".to_string() } else { args.input.clone() },
             "threads": threads,
+            "size": image_size,
+            "machine": machine(),
+            "peak_rss_mib": peak_rss,
             "configs": reports,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
@@ -519,6 +547,7 @@ fn report(
     model: &EdgeTam,
     objects: u32,
     ahead: bool,
+    dtype: Precision,
     threads: usize,
     args: &BenchArgs,
     frames: &[FrameRecord],
@@ -533,6 +562,7 @@ fn report(
     }
     let mut gflops = serde_json::Map::new();
     let mut gmac = serde_json::Map::new();
+    let mut mac_counts = serde_json::Map::new();
     for (c, &m) in macs.iter().enumerate() {
         let Some(key) = frames.first().map(|f| f.columns()[c].0) else {
             break;
@@ -541,12 +571,14 @@ fn report(
         if m > 0.0 && secs > 0.0 {
             gflops.insert(key.into(), serde_json::json!(2.0 * m / secs / 1e9));
             gmac.insert(key.into(), serde_json::json!(m / frames.len() as f64 / 1e9));
+            let name = key.trim_end_matches("_ms");
+            mac_counts.insert(name.into(), serde_json::json!(m / frames.len() as f64));
         }
     }
     ConfigReport {
         objects,
         encoder_ahead: ahead,
-        dtype: args.dtype.clone(),
+        dtype: dtype.to_string(),
         threads,
         image_size: model.config().image_size,
         frame_width: fw,
@@ -563,8 +595,32 @@ fn report(
         },
         gflops,
         gmac_per_frame: gmac,
+        macs: mac_counts,
         transfer_per_frame: None,
     }
+}
+
+/// Peak resident memory of this process so far (MiB; Linux `VmHWM`), `None` elsewhere.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// The CPU model and core count, for the JSON report.
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    serde_json::json!({ "cpu": cpu, "logical_cpus": logical, "implementation": "edgetam-rs" })
 }
 
 fn mode_name(ahead: bool) -> &'static str {
@@ -690,7 +746,12 @@ fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {
     reports
         .iter()
         .map(|r| PlotSeries {
-            name: format!("{} obj, {}", r.objects, mode_name(r.encoder_ahead)),
+            name: format!(
+                "{} obj, {}, {}",
+                r.objects,
+                mode_name(r.encoder_ahead),
+                r.dtype
+            ),
             frame_ms: r
                 .frames
                 .iter()

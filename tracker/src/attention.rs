@@ -16,9 +16,9 @@ use crate::kernels::{f32_slice, threads};
 use crate::repvit::gelu::exp_neg;
 
 /// Query rows per task: a task is one (batch * head, query tile).
-const TILE_Q: usize = 64;
+pub(crate) const TILE_Q: usize = 64;
 /// Keys per inner step: the score tile `TILE_Q x TILE_K` stays in L2.
-const TILE_K: usize = 256;
+pub(crate) const TILE_K: usize = 256;
 
 /// `softmax(q k^T * scale) v` for `q` `[N, H, Lq, D]`, `k`/`v` `[N, H, Lk, D]` ->
 /// `[N, H, Lq, D]`.
@@ -232,7 +232,7 @@ fn attend_tile(
 /// by `exp(score - running max)`, and rescales the running sums and the output rows `out`
 /// (`rows x d`) where the maximum grew. Dispatches to the widest vectors the CPU has (only the
 /// vector width changes).
-fn online_softmax(
+pub(crate) fn online_softmax(
     s: &mut [f32],
     cols: usize,
     scale: f32,

@@ -392,6 +392,26 @@ impl EdgeTamConfig {
         self.image_size / self.prompt_encoder_config.patch_size
     }
 
+    /// Whether this configuration can track (not only segment single images): the spatial
+    /// perceiver splits the memory grid (the embedding side) into `sqrt(num_latents_2d)` equal
+    /// windows per side, so 1024 and 256 track but 128 does not.
+    pub fn check_tracking(&self) -> Result<()> {
+        let n2 = self.perceiver_resampler_num_latents_2d;
+        let per_side = (n2 as f64).sqrt().round() as usize;
+        let e = self.embed_size();
+        if n2 > 0 && (per_side == 0 || e < per_side || !e.is_multiple_of(per_side)) {
+            return Err(Error::Config {
+                path: "<config>".into(),
+                message: format!(
+                    "image_size {} cannot track: its {e}x{e} memory grid does not split into the                      spatial perceiver's {per_side}x{per_side} windows (use a multiple of {})",
+                    self.image_size,
+                    per_side * self.prompt_encoder_config.patch_size
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Side of the low-resolution masks the decoder predicts (4 x the embedding): 256 at 1024.
     pub fn low_res_mask_size(&self) -> usize {
         4 * self.embed_size()

@@ -9,6 +9,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, T
 use candle_nn::{linear, Linear, VarBuilder};
 
 use crate::kernels::{f32_slice, threads};
+use crate::linear_bf16::SwitchLinear;
 
 /// Activation between the layers of a [`FeedForward`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -401,13 +402,15 @@ impl FeedForward {
 /// [`HeadProjections::attend`].
 #[derive(Debug, Clone)]
 pub struct HeadProjections {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
+    q_proj: SwitchLinear,
+    k_proj: SwitchLinear,
+    v_proj: SwitchLinear,
+    o_proj: SwitchLinear,
     num_heads: usize,
     head_dim: usize,
     scaling: f64,
+    /// bf16 products in the attention (the fast mode; see [`crate::Precision`]).
+    pub(crate) bf16_products: bool,
 }
 
 impl HeadProjections {
@@ -430,14 +433,30 @@ impl HeadProjections {
             }
         };
         Ok(Self {
-            q_proj: lin(q_in, inner, "q_proj")?,
-            k_proj: lin(kv_in, inner, "k_proj")?,
-            v_proj: lin(kv_in, inner, "v_proj")?,
-            o_proj: lin(inner, q_in, "o_proj")?,
+            q_proj: SwitchLinear::new(lin(q_in, inner, "q_proj")?),
+            k_proj: SwitchLinear::new(lin(kv_in, inner, "k_proj")?),
+            v_proj: SwitchLinear::new(lin(kv_in, inner, "v_proj")?),
+            o_proj: SwitchLinear::new(lin(inner, q_in, "o_proj")?),
             num_heads,
             head_dim,
             scaling: (head_dim as f64).powf(-0.5),
+            bf16_products: false,
         })
+    }
+
+    /// Switches bf16 products on or off for the projections and the attention (the fast mode,
+    /// see [`crate::Precision`]).
+    pub(crate) fn set_bf16(&mut self, on: bool) -> Result<()> {
+        for p in [
+            &mut self.q_proj,
+            &mut self.k_proj,
+            &mut self.v_proj,
+            &mut self.o_proj,
+        ] {
+            p.set_bf16(on)?;
+        }
+        self.bf16_products = on;
+        Ok(())
     }
 
     /// Projected queries `[N, heads, L, head_dim]` (contiguous).
@@ -468,7 +487,11 @@ impl HeadProjections {
         let (n, _, lq, _) = q.dims4()?;
         // Scale after the product, softmax in f32: the reference's (eager) order; on CPU f32 a
         // fused kernel that never materialises the `Lq x Lk` scores.
-        let out = crate::attention::scaled_dot_product(q, k, v, self.scaling)?; // [N, heads, Lq, head_dim]
+        let out = if self.bf16_products {
+            crate::attention_bf16::scaled_dot_product_bf16(q, k, v, self.scaling)?
+        } else {
+            crate::attention::scaled_dot_product(q, k, v, self.scaling)?
+        }; // [N, heads, Lq, head_dim]
         let out =
             out.transpose(1, 2)?
                 .contiguous()?

@@ -6,6 +6,7 @@
 //! their tensors live on, so the CPU and CUDA paths share this code.
 
 pub mod attention;
+pub mod attention_bf16;
 pub mod checks;
 pub mod compare;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod fixture;
 pub mod image_encoder;
 pub mod kernels;
 pub mod layers;
+pub mod linear_bf16;
 pub mod mask_decoder;
 pub mod memory_attention;
 pub mod memory_encoder;
@@ -24,6 +26,7 @@ pub mod model;
 pub mod original_keys;
 pub mod position_encoding;
 pub mod postprocess;
+pub mod precision;
 pub mod preprocess;
 pub mod prompt_encoder;
 pub mod raw_frame;
@@ -37,11 +40,13 @@ pub mod transfer;
 pub mod two_way_transformer;
 pub mod vision_neck;
 pub mod weights;
+pub mod work;
 
 pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
+pub use precision::Precision;
 pub use raw_frame::{PixelLayout, RawFrame};
 pub use timings::StageTimes;
 pub use tracker::{

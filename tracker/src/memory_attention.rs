@@ -13,11 +13,12 @@
 //! reference takes sequence-first tensors and transposes them itself.
 
 use candle_core::{Module, Tensor};
-use candle_nn::{linear, Linear, VarBuilder};
+use candle_nn::{linear, VarBuilder};
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::linear_bf16::SwitchLinear;
 use crate::rope::AxialRope;
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
@@ -130,8 +131,8 @@ fn rotate_memory_keys(k: &Tensor, k_rope: &AxialRope, layout: KeyLayout) -> Resu
 /// `EdgeTamVideoMemoryAttentionMLP`: `down_proj(act(up_proj(x)))`.
 #[derive(Debug, Clone)]
 struct Mlp {
-    up_proj: Linear,
-    down_proj: Linear,
+    up_proj: SwitchLinear,
+    down_proj: SwitchLinear,
     activation: Activation,
 }
 
@@ -286,8 +287,16 @@ impl MemoryAttention {
                         vb.pp("cross_attn_image"),
                     )?,
                     mlp: Mlp {
-                        up_proj: linear(hidden, mlp_dim, vb.pp("mlp").pp("up_proj"))?,
-                        down_proj: linear(mlp_dim, hidden, vb.pp("mlp").pp("down_proj"))?,
+                        up_proj: SwitchLinear::new(linear(
+                            hidden,
+                            mlp_dim,
+                            vb.pp("mlp").pp("up_proj"),
+                        )?),
+                        down_proj: SwitchLinear::new(linear(
+                            mlp_dim,
+                            hidden,
+                            vb.pp("mlp").pp("down_proj"),
+                        )?),
                         activation,
                     },
                     layer_norm1: norm("layer_norm1")?,
@@ -304,6 +313,17 @@ impl MemoryAttention {
             hidden,
             memory_dim,
         })
+    }
+
+    /// Runs the attention products in bf16 (`true`) or exact f32 (`false`, the default).
+    pub(crate) fn set_bf16_products(&mut self, on: bool) -> candle_core::Result<()> {
+        for layer in &mut self.layers {
+            layer.self_attn.proj.set_bf16(on)?;
+            layer.cross_attn_image.proj.set_bf16(on)?;
+            layer.mlp.up_proj.set_bf16(on)?;
+            layer.mlp.down_proj.set_bf16(on)?;
+        }
+        Ok(())
     }
 
     /// Conditions `current` on `memory`.

@@ -233,6 +233,7 @@ pub struct EdgeTam {
     /// Image-wide positional encoding of the decoder, computed once.
     dense_pe: Tensor,
     pub(crate) video: VideoModules,
+    precision: crate::Precision,
 }
 
 /// The parts only tracked frames use: memory encoder, perceiver, memory attention and the
@@ -322,14 +323,53 @@ impl EdgeTam {
             no_object_pointer,
             dense_pe,
             video,
+            precision: crate::Precision::F32,
         })
     }
 
-    /// Waits until the work this thread queued on the model's device is done (a no-op on the
-    /// CPU). On CUDA each thread runs on its own stream, so a thread that hands tensors to
-    /// another (the pipeline's encoder-ahead producer) calls this first.
+    /// Waits until the work queued on the model's device is done (a no-op on the CPU, where
+    /// every op completes before it returns): for timing GPU work.
     pub fn synchronize(&self) -> Result<()> {
         Ok(self.device.synchronize()?)
+    }
+
+    /// Selects the precision of the heaviest products (see [`crate::Precision`]) and returns
+    /// the one in effect: [`crate::Precision::Bf16`] needs the CPU (AVX512-BF16); elsewhere
+    /// the model stays exact f32 and says so in a warning.
+    pub fn set_precision(&mut self, precision: crate::Precision) -> crate::Precision {
+        let effective = match precision {
+            crate::Precision::Bf16
+                if self.device.is_cpu() && crate::attention_bf16::supported() =>
+            {
+                crate::Precision::Bf16
+            }
+            crate::Precision::Bf16 => {
+                tracing::warn!(
+                    "bf16 mode needs a CPU with AVX512-BF16 (this device or CPU lacks it): \
+                     running exact f32"
+                );
+                crate::Precision::F32
+            }
+            crate::Precision::F32 => crate::Precision::F32,
+        };
+        if let Err(e) = self
+            .video
+            .memory_attention
+            .set_bf16_products(effective == crate::Precision::Bf16)
+        {
+            // Packing failed (out of memory?): stay exact rather than half switched.
+            tracing::warn!("cannot switch to bf16 ({e}): running exact f32");
+            let _ = self.video.memory_attention.set_bf16_products(false);
+            self.precision = crate::Precision::F32;
+            return crate::Precision::F32;
+        }
+        self.precision = effective;
+        effective
+    }
+
+    /// The precision in effect (see [`Self::set_precision`]).
+    pub fn precision(&self) -> crate::Precision {
+        self.precision
     }
 
     pub fn config(&self) -> &EdgeTamConfig {

@@ -251,6 +251,7 @@ impl Tracker {
         prompt: impl Into<ObjectPrompt>,
     ) -> Result<()> {
         let prompt = prompt.into();
+        self.model.config().check_tracking()?;
         let current = self.current.as_ref().map(|c| c.index);
         if frame != self.next_frame && Some(frame) != current {
             let now = match current {

@@ -174,3 +174,57 @@ fn memory_stays_flat_over_a_long_stream() {
         );
     }
 }
+
+/// A model input size whose memory grid the perceiver cannot window segments single images but
+/// refuses to track, with a message naming the size (not an error from deep inside a frame).
+#[test]
+fn sizes_that_cannot_track_are_refused_at_the_first_prompt() {
+    let cfg = EdgeTamConfig::with_image_size(128).expect("config");
+    let model = Arc::new(EdgeTam::random(cfg, 0, &Device::Cpu).expect("model"));
+    let mut tracker = Tracker::new(model);
+    let err = tracker
+        .add_prompt(1, 0, Prompt::from_box(10.0, 10.0, 40.0, 40.0))
+        .expect_err("128 cannot track");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("image_size 128 cannot track") && msg.contains("multiple of 256"),
+        "{msg}"
+    );
+}
+
+/// Every frame reports where its time went: the prompted frame runs no memory attention, a
+/// tracked frame runs every stage, and an empty frame (no objects) runs none.
+#[test]
+fn frame_results_carry_stage_times() {
+    use std::time::Duration;
+    let mut tracker = Tracker::new(model());
+    let (rgb, w, h) = frame(0);
+    let empty = tracker.track(&rgb, w, h).expect("empty frame");
+    assert_eq!(empty.times.total(), Duration::ZERO);
+    tracker
+        .add_prompt(1, 1, Prompt::from_box(18.0, 20.0, 44.0, 42.0))
+        .expect("prompt");
+    let (rgb, w, h) = frame(1);
+    let prompted = tracker.track(&rgb, w, h).expect("prompted frame");
+    let t = prompted.times;
+    assert!(t.preprocess > Duration::ZERO && t.image_encoder > Duration::ZERO);
+    assert!(t.mask_decoder > Duration::ZERO && t.memory_encoder > Duration::ZERO);
+    assert!(t.postprocess > Duration::ZERO);
+    assert_eq!(
+        t.memory_attention,
+        Duration::ZERO,
+        "no memory to attend to yet"
+    );
+    let (rgb, w, h) = frame(2);
+    let tracked = tracker.track(&rgb, w, h).expect("tracked frame");
+    for (name, d) in edgetam_tracker::StageTimes::NAMES
+        .iter()
+        .zip(tracked.times.as_array())
+    {
+        assert!(d > Duration::ZERO, "{name} took no time on a tracked frame");
+    }
+    assert_eq!(
+        tracked.times.total(),
+        tracked.times.as_array().iter().sum::<Duration>()
+    );
+}

@@ -20,7 +20,7 @@ use crate::compare::{compare, mask_iou, Comparison};
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::model::{EdgeTam, Point, PointLabel, Prompt};
-use crate::tracker::{Mask, ObjectPrompt, Tracker};
+use crate::tracker::{FrameResult, Mask, ObjectPrompt, Tracker};
 use crate::weights::Weights;
 
 /// Free-running bars (the issue's): low-res logits max |diff| <= 0.05 x std, score within
@@ -231,6 +231,26 @@ fn flag(ok: bool) -> Comparison {
         max_abs: if ok { 0.0 } else { 1.0 },
         expected_std: 0.0,
     }
+}
+
+/// Replays the fixture's prompts and frames free-running and returns every result (tracked and
+/// refreshed frames, in event order): for comparing two configurations of our own model, such as
+/// the bf16 mode against exact f32.
+pub fn replay(fx: &SequenceFixture, model: Arc<EdgeTam>) -> Result<Vec<FrameResult>> {
+    let mut tracker = Tracker::new(model);
+    let mut results = Vec::new();
+    for ev in &fx.events {
+        match ev {
+            Event::Prompt { frame, obj, prompt } => {
+                tracker.add_prompt(*obj, *frame, prompt.clone())?;
+            }
+            Event::Track { frame, .. } => {
+                results.push(tracker.track(&fx.frame(*frame)?, fx.width, fx.height)?);
+            }
+            Event::Refresh { .. } => results.push(tracker.refresh()?),
+        }
+    }
+    Ok(results)
 }
 
 /// Replays the fixture and compares every output; one report per check.

@@ -1,0 +1,488 @@
+//! Fused softmax attention with bf16 products and f32 accumulation (the `bf16` fast mode).
+//!
+//! Same tiling and online softmax as the exact kernel in [`crate::attention`]; only the two
+//! products change: queries, keys, probabilities and values are rounded to bf16 and multiplied
+//! with AVX512-BF16's `vdpbf16ps`, which does two multiply-adds per f32 lane and accumulates in
+//! f32, twice the work per instruction of an f32 FMA. Scores, the softmax statistics and the
+//! output stay f32. Keys and values are packed once per call into the pair-interleaved layout
+//! the instruction reads; queries and probabilities are converted per tile with
+//! `vcvtne2ps2bf16` (round to nearest even).
+//!
+//! Only CPUs with AVX512-BF16 run it ([`supported`]); elsewhere callers get the exact f32 kernel.
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+use crate::attention::{online_softmax, TILE_K, TILE_Q};
+use crate::kernels::{f32_slice, threads};
+
+/// Whether this CPU has the instructions of the bf16 kernel.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `softmax(q k^T * scale) v` with bf16 products (see the module docs): `q` `[N, H, Lq, D]`,
+/// `k`/`v` `[N, H, Lk, D]`. Falls back to the exact kernel where the CPU lacks AVX512-BF16,
+/// the tensors are not f32 on the CPU, or `D` is not a multiple of 16.
+pub fn scaled_dot_product_bf16(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    let cpu_f32 = [q, k, v]
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
+    let d = q.dims().last().copied().unwrap_or(0);
+    if !(cpu_f32 && supported() && d > 0 && d.is_multiple_of(16)) {
+        return crate::attention::scaled_dot_product(q, k, v, scale);
+    }
+    q.contiguous()?.apply_op3_no_bwd(
+        &k.contiguous()?,
+        &v.contiguous()?,
+        &FusedAttentionBf16 {
+            scale: scale as f32,
+        },
+    )
+}
+
+struct FusedAttentionBf16 {
+    scale: f32,
+}
+
+/// Round-to-nearest-even bf16 bits of `x`.
+pub(crate) fn bf16_bits(x: f32) -> u32 {
+    u32::from(half::bf16::from_f32(x).to_bits())
+}
+
+/// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
+/// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero.
+fn pack_keys(k: &[f32], lk: usize, d: usize) -> Vec<u32> {
+    let pairs = d / 2;
+    let blocks = lk.div_ceil(16);
+    let mut out = vec![0u32; blocks * pairs * 16];
+    for j in 0..lk {
+        let (b, lane) = (j / 16, j % 16);
+        let row = &k[j * d..(j + 1) * d];
+        for p in 0..pairs {
+            out[(b * pairs + p) * 16 + lane] =
+                bf16_bits(row[2 * p]) | (bf16_bits(row[2 * p + 1]) << 16);
+        }
+    }
+    out
+}
+
+/// Values packed for the output product: for each pair of keys `jp` and block of 16 channels,
+/// 16 lanes `(v[2jp][c], v[2jp+1][c])` (lane = channel). A missing last key is zero.
+fn pack_values(v: &[f32], lk: usize, d: usize) -> Vec<u32> {
+    let key_pairs = lk.div_ceil(2);
+    let mut out = vec![0u32; key_pairs * d];
+    for jp in 0..key_pairs {
+        let a = &v[2 * jp * d..(2 * jp + 1) * d];
+        let b = (2 * jp + 1 < lk).then(|| &v[(2 * jp + 1) * d..(2 * jp + 2) * d]);
+        for c in 0..d {
+            let hi = b.map_or(0, |b| bf16_bits(b[c]));
+            // Channel block c / 16, lane c % 16: consecutive, so the index is jp * d + c.
+            out[jp * d + c] = bf16_bits(a[c]) | (hi << 16);
+        }
+    }
+    out
+}
+
+impl CustomOp3 for FusedAttentionBf16 {
+    fn name(&self) -> &'static str {
+        "fused-attention-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let q = f32_slice(s1, l1, "attention queries")?;
+        let k = f32_slice(s2, l2, "attention keys")?;
+        let v = f32_slice(s3, l3, "attention values")?;
+        let (n, h, lq, d) = l1.shape().dims4()?;
+        let (kn, kh, lk, kd) = l2.shape().dims4()?;
+        if (kn, kh, kd) != (n, h, d) || l3.shape().dims() != l2.shape().dims() || d % 16 != 0 {
+            candle_core::bail!(
+                "bf16 attention: queries {:?}, keys {:?}, values {:?} (head width a multiple of 16)",
+                l1.shape().dims(),
+                l2.shape().dims(),
+                l3.shape().dims()
+            );
+        }
+        if !supported() {
+            candle_core::bail!("bf16 attention needs a CPU with AVX512-BF16");
+        }
+        let shape = Shape::from((n, h, lq, d));
+        let mut out = vec![0f32; n * h * lq * d];
+        if out.is_empty() || lk == 0 {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let packed: Vec<(Vec<u32>, Vec<u32>)> = (0..n * h)
+            .map(|bh| {
+                let kv = bh * lk * d..(bh + 1) * lk * d;
+                (pack_keys(&k[kv.clone()], lk, d), pack_values(&v[kv], lk, d))
+            })
+            .collect();
+        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
+        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
+            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
+                tasks.push((bh, t * TILE_Q, tile));
+            }
+        }
+        let workers = threads().min(tasks.len()).max(1);
+        let queue = std::sync::Mutex::new(tasks.into_iter());
+        let scale = self.scale;
+        let run = || {
+            let mut scratch = Scratch::new(d);
+            loop {
+                let next = match queue.lock() {
+                    Ok(mut it) => it.next(),
+                    Err(_) => None,
+                };
+                let Some((bh, q0, tile)) = next else { break };
+                let rows = tile.len() / d;
+                let qt = &q[(bh * lq + q0) * d..][..rows * d];
+                let (kp, vp) = &packed[bh];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `supported()` was checked above (AVX-512F + AVX512-BF16); the packed
+                // buffers were built for `lk` keys of width `d`, `tile` is `rows x d`.
+                unsafe {
+                    x86::attend_tile(qt, kp, vp, tile, &mut scratch, lk, d, scale);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (qt, kp, vp, &mut scratch, rows);
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..workers {
+                scope.spawn(run);
+            }
+            run();
+        });
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+/// Per-worker buffers.
+struct Scratch {
+    /// Score / probability tile, `TILE_Q x TILE_K` f32.
+    scores: Vec<f32>,
+    /// Query tile as bf16 pairs, `TILE_Q x d/2`.
+    q_pairs: Vec<u32>,
+    /// Probabilities as bf16 pairs, `TILE_Q x TILE_K/2`.
+    p_pairs: Vec<u32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(d: usize) -> Self {
+        Self {
+            scores: vec![0.0; TILE_Q * TILE_K],
+            q_pairs: vec![0; TILE_Q * d / 2],
+            p_pairs: vec![0; TILE_Q * TILE_K / 2],
+            max: vec![0.0; TILE_Q],
+            sum: vec![0.0; TILE_Q],
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::to_bf16_pairs;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{online_softmax, Scratch, TILE_K};
+
+    /// `n` f32 at `src` -> `n` bf16 at `dst` (as `n / 2` pairs), `n` a multiple of 2; the tail
+    /// past the last multiple of 32 is converted one pair at a time with the same rounding.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(crate) unsafe fn to_bf16_pairs(src: &[f32], dst: &mut [u32]) {
+        let n = src.len();
+        let mut i = 0;
+        while i + 32 <= n {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(i));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
+            let packed = _mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_storeu_si512(
+                dst.as_mut_ptr().add(i / 2).cast(),
+                std::mem::transmute(packed),
+            );
+            i += 32;
+        }
+        while i < n {
+            let b = src.get(i + 1).copied().unwrap_or(0.0);
+            dst[i / 2] = super::bf16_bits(src[i]) | (super::bf16_bits(b) << 16);
+            i += 2;
+        }
+    }
+
+    /// Scores of `R` query rows against `C` blocks of 16 keys: `s[r][c*16 + lane]`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn score_block<const R: usize, const C: usize>(
+        q_pairs: &[u32],
+        k_packed: &[u32],
+        pairs: usize,
+        first_block: usize,
+        s: &mut [f32],
+        cols: usize,
+        col0: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for p in 0..pairs {
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(
+                    k_packed
+                        .as_ptr()
+                        .add(((first_block + c) * pairs + p) * 16)
+                        .cast(),
+                );
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(q_pairs[r * pairs + p] as i32));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, x) in row.iter().enumerate() {
+                let col = col0 + c * 16;
+                let valid = cols.saturating_sub(col).min(16);
+                if valid > 0 {
+                    let mask: __mmask16 = if valid == 16 {
+                        0xffff
+                    } else {
+                        (1u16 << valid) - 1
+                    };
+                    _mm512_mask_storeu_ps(s.as_mut_ptr().add(r * cols + col), mask, *x);
+                }
+            }
+        }
+    }
+
+    /// `out[r][c*16 + lane] += sum_jp p[r][jp] . v[jp][block c]` for `R` rows and `C` channel
+    /// blocks starting at `block0`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn value_block<const R: usize, const C: usize>(
+        p_pairs: &[u32],
+        p_stride: usize,
+        v_packed: &[u32],
+        first_pair: usize,
+        key_pairs: usize,
+        d: usize,
+        block0: usize,
+        out: &mut [f32],
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (c, x) in row.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(out.as_ptr().add(r * d + (block0 + c) * 16));
+            }
+        }
+        for jp in 0..key_pairs {
+            let base = v_packed.as_ptr().add((first_pair + jp) * d + block0 * 16);
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(base.add(c * 16).cast());
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(p_pairs[r * p_stride + jp] as i32));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, x) in row.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add(r * d + (block0 + c) * 16), *x);
+            }
+        }
+    }
+
+    /// One query tile (`q` `rows x d`) against all keys; `out` is `rows x d`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn attend_tile(
+        q: &[f32],
+        k_packed: &[u32],
+        v_packed: &[u32],
+        out: &mut [f32],
+        scratch: &mut Scratch,
+        lk: usize,
+        d: usize,
+        scale: f32,
+    ) {
+        let rows = out.len() / d;
+        let pairs = d / 2;
+        let blocks_d = d / 16;
+        let q_pairs = &mut scratch.q_pairs[..rows * pairs];
+        to_bf16_pairs(q, q_pairs);
+        let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
+        max.fill(f32::NEG_INFINITY);
+        sum.fill(0.0);
+        out.fill(0.0);
+        for k0 in (0..lk).step_by(TILE_K) {
+            let cols = TILE_K.min(lk - k0);
+            let s = &mut scratch.scores[..rows * cols];
+            // Scores: rows in fours, key blocks in fours (16 accumulators).
+            let first = k0 / 16;
+            let nblocks = cols.div_ceil(16);
+            let mut r = 0;
+            while r < rows {
+                let rr = (rows - r).min(4);
+                let qp = &q_pairs[r * pairs..];
+                let sr = &mut s[r * cols..];
+                let mut b = 0;
+                while b < nblocks {
+                    let bb = (nblocks - b).min(4);
+                    match (rr, bb) {
+                        (4, 4) => {
+                            score_block::<4, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        (4, _) => {
+                            score_block::<4, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        (_, 4) => {
+                            score_block::<1, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        _ => score_block::<1, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16),
+                    }
+                    b += if bb == 4 { 4 } else { 1 };
+                }
+                r += if rr == 4 { 4 } else { 1 };
+            }
+            online_softmax(s, cols, scale, max, sum, out, d);
+            // Probabilities to bf16 pairs (an odd last key pairs with a zero).
+            let key_pairs = cols.div_ceil(2);
+            let p_pairs = &mut scratch.p_pairs[..rows * key_pairs];
+            for rr in 0..rows {
+                to_bf16_pairs(
+                    &s[rr * cols..(rr + 1) * cols],
+                    &mut p_pairs[rr * key_pairs..(rr + 1) * key_pairs],
+                );
+            }
+            let first_pair = k0 / 2;
+            let mut r = 0;
+            while r < rows {
+                let rr = (rows - r).min(4);
+                let pp = &p_pairs[r * key_pairs..];
+                let o = &mut out[r * d..];
+                let mut c = 0;
+                while c < blocks_d {
+                    let cc = (blocks_d - c).min(4);
+                    match (rr, cc) {
+                        (4, 4) => value_block::<4, 4>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                        ),
+                        (4, _) => value_block::<4, 1>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                        ),
+                        (_, 4) => value_block::<1, 4>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                        ),
+                        _ => value_block::<1, 1>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                        ),
+                    }
+                    c += if cc == 4 { 4 } else { 1 };
+                }
+                r += if rr == 4 { 4 } else { 1 };
+            }
+        }
+        for r in 0..rows {
+            let inv = sum[r];
+            out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o /= inv);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
+        let diff = (a - b)
+            .and_then(|d| d.sqr())
+            .and_then(|d| d.sum_all())
+            .and_then(|d| d.to_scalar::<f32>())
+            .unwrap_or(f32::NAN);
+        let norm = b
+            .sqr()
+            .and_then(|d| d.sum_all())
+            .and_then(|d| d.to_scalar::<f32>())
+            .unwrap_or(f32::NAN);
+        (f64::from(diff) / f64::from(norm)).sqrt()
+    }
+
+    /// bf16 products against the exact kernel, on odd sizes that exercise every remainder path
+    /// (rows not a multiple of 4, keys not a multiple of 16 nor even, several key tiles).
+    #[test]
+    fn matches_the_exact_kernel_within_bf16_rounding() -> Result<()> {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (lq, lk, d) in [
+            (70usize, 531usize, 32usize),
+            (64, 256, 256),
+            (5, 17, 16),
+            (130, 600, 64),
+        ] {
+            let q = Tensor::randn(0f32, 1.0, (2, 1, lq, d), &dev)?;
+            let k = Tensor::randn(0f32, 1.0, (2, 1, lk, d), &dev)?;
+            let v = Tensor::randn(0f32, 1.0, (2, 1, lk, d), &dev)?;
+            let scale = 1.0 / (d as f64).sqrt();
+            let fast = scaled_dot_product_bf16(&q, &k, &v, scale)?;
+            let exact = crate::attention::scaled_dot_product_unfused(&q, &k, &v, scale)?;
+            let e = rel_l2(&fast, &exact);
+            // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3 per operand).
+            assert!(e < 1e-2, "({lq}, {lk}, {d}): relative L2 {e:e}");
+            assert!(e > 0.0, "bf16 path must differ from f32 at all");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn packing_layouts() {
+        // Two keys of width 4: block 0, pairs p=0,1; lane = key.
+        let k = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let p = pack_keys(&k, 2, 4);
+        assert_eq!(p.len(), 2 * 16);
+        let pair = |a: f32, b: f32| bf16_bits(a) | (bf16_bits(b) << 16);
+        assert_eq!(p[0], pair(1.0, 2.0)); // p=0, key 0
+        assert_eq!(p[1], pair(5.0, 6.0)); // p=0, key 1
+        assert_eq!(p[2], 0); // key 2 does not exist
+        assert_eq!(p[16], pair(3.0, 4.0)); // p=1, key 0
+                                           // Three values of width 2 (odd key count): pairs (v0, v1), (v2, 0).
+        let v = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let p = pack_values(&v, 3, 2);
+        assert_eq!(
+            p,
+            vec![
+                pair(1.0, 3.0),
+                pair(2.0, 4.0),
+                pair(5.0, 0.0),
+                pair(6.0, 0.0)
+            ]
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Linear layers with bf16 products and f32 accumulation (the `bf16` fast mode).
+//!
+//! The weight is rounded to bf16 once, when the mode is switched on, and packed in the layout
+//! AVX512-BF16's `vdpbf16ps` reads: for each pair of input channels `kp` and block of 16 output
+//! channels, 16 lanes `(w[o][2kp], w[o][2kp+1])`. Each call rounds its input rows to bf16 pairs
+//! and accumulates `bias + x w^T` in f32, tiles of 4 rows x 64 outputs in registers.
+//! [`SwitchLinear`] holds the exact `candle_nn::Linear` beside it and picks per call.
+
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
+use candle_nn::Linear;
+
+use crate::attention_bf16::supported;
+use crate::kernels::{f32_slice, threads};
+
+/// Rows per task.
+const ROWS_PER_TASK: usize = 64;
+
+/// A linear layer's weight and bias, prepared for bf16 products.
+#[derive(Debug)]
+pub struct Bf16Linear {
+    /// `[in/2][out]` pairs (see the module docs).
+    packed: Vec<u32>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl Bf16Linear {
+    /// Packs `linear`'s weight `[out, in]`; `None` when the shape does not suit the kernel (an
+    /// odd input width or an output width that is not a multiple of 16) or the CPU lacks
+    /// AVX512-BF16, so the caller keeps the exact layer.
+    pub fn new(linear: &Linear) -> candle_core::Result<Option<Self>> {
+        let w = linear.weight();
+        let (outputs, inputs) = w.dims2()?;
+        if !supported() || inputs % 2 != 0 || outputs % 16 != 0 || !w.device().is_cpu() {
+            return Ok(None);
+        }
+        let w: Vec<f32> = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let mut packed = vec![0u32; inputs / 2 * outputs];
+        for o in 0..outputs {
+            for kp in 0..inputs / 2 {
+                packed[kp * outputs + o] = crate::attention_bf16::bf16_bits(w[o * inputs + 2 * kp])
+                    | (crate::attention_bf16::bf16_bits(w[o * inputs + 2 * kp + 1]) << 16);
+            }
+        }
+        let bias = match linear.bias() {
+            Some(b) => b.to_dtype(DType::F32)?.to_vec1()?,
+            None => vec![0.0; outputs],
+        };
+        Ok(Some(Self {
+            packed,
+            bias,
+            inputs,
+            outputs,
+        }))
+    }
+}
+
+impl CustomOp1 for Bf16Linear {
+    fn name(&self) -> &'static str {
+        "linear-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_slice(storage, layout, "linear input")?;
+        let dims = layout.shape().dims();
+        if dims.last() != Some(&self.inputs) {
+            candle_core::bail!(
+                "bf16 linear: input {dims:?} does not end in {} channels",
+                self.inputs
+            );
+        }
+        let rows = x.len() / self.inputs;
+        let mut out_dims = dims.to_vec();
+        if let Some(last) = out_dims.last_mut() {
+            *last = self.outputs;
+        }
+        let mut out = vec![0f32; rows * self.outputs];
+        if rows > 0 {
+            let tasks: Vec<(usize, &mut [f32])> = out
+                .chunks_mut(ROWS_PER_TASK * self.outputs)
+                .enumerate()
+                .map(|(t, o)| (t * ROWS_PER_TASK, o))
+                .collect();
+            let workers = threads().min(tasks.len()).max(1);
+            let queue = std::sync::Mutex::new(tasks.into_iter());
+            let run = || {
+                let mut pairs = vec![0u32; ROWS_PER_TASK * self.inputs / 2];
+                loop {
+                    let next = match queue.lock() {
+                        Ok(mut it) => it.next(),
+                        Err(_) => None,
+                    };
+                    let Some((r0, o)) = next else { break };
+                    let n = o.len() / self.outputs;
+                    let xs = &x[r0 * self.inputs..(r0 + n) * self.inputs];
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `Bf16Linear` exists only where `supported()` (AVX-512F +
+                    // AVX512-BF16); `xs` is `n x inputs`, `o` is `n x outputs`.
+                    unsafe {
+                        x86::rows(self, xs, &mut pairs[..n * self.inputs / 2], o);
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = (xs, &mut pairs);
+                }
+            };
+            std::thread::scope(|scope| {
+                for _ in 1..workers {
+                    scope.spawn(run);
+                }
+                run();
+            });
+        }
+        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::Bf16Linear;
+    use crate::attention_bf16::to_bf16_pairs;
+
+    /// `out[r][o] = bias[o] + sum_kp x[r][kp] . w[kp][o]` for `R` rows and `C` blocks of 16
+    /// outputs starting at block `b0`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn block<const R: usize, const C: usize>(
+        l: &Bf16Linear,
+        x_pairs: &[u32],
+        b0: usize,
+        out: &mut [f32],
+    ) {
+        let (kpairs, n) = (l.inputs / 2, l.outputs);
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for row in acc.iter_mut() {
+            for (c, x) in row.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(l.bias.as_ptr().add((b0 + c) * 16));
+            }
+        }
+        for kp in 0..kpairs {
+            let base = l.packed.as_ptr().add(kp * n + b0 * 16);
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(base.add(c * 16).cast());
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(x_pairs[r * kpairs + kp] as i32));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, x) in row.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add(r * n + (b0 + c) * 16), *x);
+            }
+        }
+    }
+
+    /// All outputs of the rows `x` (`rows x inputs`) into `out` (`rows x outputs`).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn rows(l: &Bf16Linear, x: &[f32], pairs: &mut [u32], out: &mut [f32]) {
+        let rows = out.len() / l.outputs;
+        let kpairs = l.inputs / 2;
+        to_bf16_pairs(x, pairs);
+        let blocks = l.outputs / 16;
+        // Output blocks outermost: a 4-block weight panel stays in L2 across the row groups.
+        let mut b = 0;
+        while b < blocks {
+            let bb = (blocks - b).min(4);
+            let mut r = 0;
+            while r < rows {
+                let rr = (rows - r).min(4);
+                let xp = &pairs[r * kpairs..];
+                let o = &mut out[r * l.outputs..];
+                match (rr, bb) {
+                    (4, 4) => block::<4, 4>(l, xp, b, o),
+                    (4, _) => block::<4, 1>(l, xp, b, o),
+                    (_, 4) => block::<1, 4>(l, xp, b, o),
+                    _ => block::<1, 1>(l, xp, b, o),
+                }
+                r += if rr == 4 { 4 } else { 1 };
+            }
+            b += if bb == 4 { 4 } else { 1 };
+        }
+    }
+}
+
+/// A linear layer that runs exact f32 (candle) or, once switched, bf16 products on the CPU.
+#[derive(Debug, Clone)]
+pub struct SwitchLinear {
+    exact: Linear,
+    bf16: Option<Arc<Bf16Linear>>,
+}
+
+impl SwitchLinear {
+    pub fn new(exact: Linear) -> Self {
+        Self { exact, bf16: None }
+    }
+
+    /// Switches the bf16 products on (packing the weight once) or off. Stays exact where the
+    /// kernel does not apply (see [`Bf16Linear::new`]).
+    pub fn set_bf16(&mut self, on: bool) -> candle_core::Result<()> {
+        self.bf16 = if on {
+            Bf16Linear::new(&self.exact)?.map(Arc::new)
+        } else {
+            None
+        };
+        Ok(())
+    }
+}
+
+impl Module for SwitchLinear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.bf16 {
+            Some(fast) if x.device().is_cpu() && x.dtype() == DType::F32 => {
+                x.contiguous()?.apply_op1_no_bwd(fast.as_ref())
+            }
+            _ => self.exact.forward(x),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn matches_the_exact_layer_within_bf16_rounding() -> candle_core::Result<()> {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (rows, inp, out) in [
+            (131usize, 256usize, 2048usize),
+            (5, 64, 48),
+            (64, 2048, 256),
+        ] {
+            let w = Tensor::randn(0f32, 0.05, (out, inp), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, out, &dev)?;
+            let exact = Linear::new(w, Some(b));
+            let mut fast = SwitchLinear::new(exact.clone());
+            fast.set_bf16(true)?;
+            let x = Tensor::randn(0f32, 1.0, (1, rows, inp), &dev)?;
+            let want = exact.forward(&x)?;
+            let got = fast.forward(&x)?;
+            assert_eq!(got.dims(), want.dims());
+            let rel = ((&got - &want)?.sqr()?.sum_all()?.to_scalar::<f32>()?
+                / want.sqr()?.sum_all()?.to_scalar::<f32>()?)
+            .sqrt();
+            assert!(
+                rel < 1e-2 && rel > 0.0,
+                "({rows}, {inp}, {out}): rel {rel:e}"
+            );
+            fast.set_bf16(false)?;
+            let back = fast.forward(&x)?;
+            let same = (&back - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(same, 0.0, "switching off restores the exact layer");
+        }
+        Ok(())
+    }
+}
