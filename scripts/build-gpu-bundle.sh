@@ -9,6 +9,7 @@
 #
 # GPU_CUDA_MAJOR: the CUDA major version of the libraries on the GPU machine (PyTorch's:
 # `python3 -c 'import torch; print(torch.version.cuda)'`), 12 (default) or 13.
+# WITH_WHEELS=1 (PY_VERSION=3.x): also the reference's Python wheels (see below).
 # CUDA_COMPUTE_CAP: the architecture candle's kernels are compiled for (default 80: PTX the
 # driver JITs for any newer GPU, H100/H200 included, and the same build as CI's check so nvcc
 # does not run again; 90 gives sm_90a PTX, for Hopper only).
@@ -112,6 +113,16 @@ for f in gpu-bundle/edgetam gpu-bundle/cuda_parity; do
   readelf -d "$f" | awk '/NEEDED/ {print "  " $5}'
   xz -T "$JOBS" -6 -f "$f"
 done
+# Optional: wheels of the PyTorch reference's Python packages (not torch) for a GPU machine whose
+# Python lacks transformers: WITH_WHEELS=1 PY_VERSION=3.12 (the GPU machine's Python); ~35 MB
+# with numpy, so ~48 MB with the binaries (carry limit 64 MiB).
+if [ "${WITH_WHEELS:-0}" = 1 ]; then
+  pin=$(awk -F'==' '/^transformers==/ {print $2}' tools/reference/requirements.txt)
+  .cuda-toolkit/venv/bin/python -m pip download --quiet --only-binary=:all: \
+    --python-version "${PY_VERSION:-3.11}" --platform manylinux2014_x86_64 \
+    --dest gpu-bundle/wheels "transformers==$pin"
+  rm -f gpu-bundle/wheels/torch-*
+fi
 cat > gpu-bundle/BUILD_INFO <<EOF
 commit $(git rev-parse HEAD 2>/dev/null || echo unknown)
 cuda_major $MAJOR

@@ -13,7 +13,8 @@
 # 3. parity on CUDA: the cuda_parity tests (device preprocessing vs CPU, the sequence fixtures
 #    vs the goldens), or `edgetam check` on the fixtures when no test binary came;
 # 4. `edgetam bench` at 1024, 1 and 3 objects, serial and encoder-ahead, f32 then bf16;
-# 5. the PyTorch eager reference (transformers' session) on the same GPU, f32 (no TF32) and bf16;
+# 5. the PyTorch eager reference (transformers' session) on the same GPU, f32 (no TF32) and bf16
+#    (tools/reference/time_tracking.py), then per stage (time_reference.py) if time is left;
 # 6. a short table last; everything as JSON under $OUT.
 #
 # Each step has its own time limit, so one that hangs (a PTX JIT, a driver mismatch) costs its
@@ -146,6 +147,17 @@ if python3 -c 'import transformers, torch; assert torch.cuda.is_available()' >/d
         --json "$OUT/reference-$dtype-$n.json"
     }
   done
+  # The per-stage twin of `edgetam bench` (same 640x360 frames; hooks synchronise per stage),
+  # for the stage breakdown, while time is left. TF32 off as above.
+  if [ $((SECONDS - START)) -lt 380 ]; then
+    run reference-stages 60 python3 -c 'import runpy, sys, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+sys.argv = ["time_reference.py"] + sys.argv[1:]
+runpy.run_path("tools/reference/time_reference.py", run_name="__main__")' \
+      --device cuda --size 1024 --objects 1,3 --frames $((FRAMES + WARMUP)) --warmup "$WARMUP" \
+      --quiet --json "$OUT/reference-stages.json"
+  fi
 else
   log "no PyTorch reference: transformers or a CUDA torch is missing"
 fi
