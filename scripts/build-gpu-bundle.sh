@@ -114,14 +114,20 @@ for f in gpu-bundle/edgetam gpu-bundle/cuda_parity; do
   xz -T "$JOBS" -6 -f "$f"
 done
 # Optional: wheels of the PyTorch reference's Python packages (not torch) for a GPU machine whose
-# Python lacks transformers: WITH_WHEELS=1 PY_VERSION=3.12 (the GPU machine's Python); ~35 MB
-# with numpy, so ~48 MB with the binaries (carry limit 64 MiB).
+# Python lacks transformers: WITH_WHEELS=1 PY_VERSION=3.12 (the GPU machine's Python); ~45 MB
+# with numpy, so ~58 MB with the binaries (carry limit 64 MiB: tight).
 if [ "${WITH_WHEELS:-0}" = 1 ]; then
-  pin=$(awk -F'==' '/^transformers==/ {print $2}' tools/reference/requirements.txt)
-  .cuda-toolkit/venv/bin/python -m pip download --quiet --only-binary=:all: \
-    --python-version "${PY_VERSION:-3.11}" --platform manylinux2014_x86_64 \
-    --dest gpu-bundle/wheels "transformers==$pin"
-  rm -f gpu-bundle/wheels/torch-*
+  pin() { awk -F'==' -v p="$1" '$1 == p {print $2}' tools/reference/requirements.txt; }
+  dl() {
+    .cuda-toolkit/venv/bin/python -m pip download --quiet --only-binary=:all: \
+      --python-version "${PY_VERSION:-3.11}" --platform manylinux2014_x86_64 \
+      --dest gpu-bundle/wheels "$@"
+  }
+  dl "transformers==$(pin transformers)"
+  # transformers builds EdgeTAM's RepViT through timm; timm's torch/torchvision must be the
+  # machine's own (a torchvision matching its torch), so no dependencies from here.
+  dl --no-deps "timm==$(pin timm)"
+  rm -f gpu-bundle/wheels/torch-* gpu-bundle/wheels/torchvision-*
 fi
 cat > gpu-bundle/BUILD_INFO <<EOF
 commit $(git rev-parse HEAD 2>/dev/null || echo unknown)

@@ -136,6 +136,9 @@ fi
 if ! python3 -c 'import transformers' >/dev/null 2>&1 && [ -d gpu-bundle/wheels ]; then
   run pip-install 60 python3 -m pip install --no-index --find-links gpu-bundle/wheels \
     --target "$OUT/pylib" transformers
+  # timm without its torch/torchvision: the machine's own (scripts/build-gpu-bundle.sh).
+  run pip-install-timm 30 python3 -m pip install --no-index --find-links gpu-bundle/wheels \
+    --no-deps --target "$OUT/pylib" timm
   export PYTHONPATH="$OUT/pylib${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if python3 -c 'import transformers, torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
