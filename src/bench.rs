@@ -249,6 +249,30 @@ struct ConfigReport {
     gmac_per_frame: serde_json::Map<String, serde_json::Value>,
     /// The same in MACs, keyed by stage name without `_ms` (what `compare_bench.py` reads).
     macs: serde_json::Map<String, serde_json::Value>,
+    /// On a GPU: host <-> device traffic per frame, mean over the whole run (warm-up included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer_per_frame: Option<TransferPerFrame>,
+}
+
+/// Mean host <-> device copies per frame (`edgetam_tracker::transfer`).
+#[derive(Debug, Clone, Serialize)]
+struct TransferPerFrame {
+    uploaded_bytes: f64,
+    uploads: f64,
+    downloaded_bytes: f64,
+    downloads: f64,
+}
+
+impl TransferPerFrame {
+    fn new(t: edgetam::tracker::transfer::Transfers, frames: usize) -> Self {
+        let n = frames.max(1) as f64;
+        Self {
+            uploaded_bytes: t.uploaded_bytes as f64 / n,
+            uploads: t.uploads as f64 / n,
+            downloaded_bytes: t.downloaded_bytes as f64 / n,
+            downloads: t.downloads as f64 / n,
+        }
+    }
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -462,13 +486,15 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                     frames: args.frames,
                     progress: &progress,
                 };
+                let moved_before = edgetam::tracker::transfer::snapshot();
                 let frames = if ahead {
                     run.ahead(objects)?
                 } else {
                     run.serial(objects)?
                 };
+                let moved = edgetam::tracker::transfer::snapshot().since(&moved_before);
                 let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
-                reports.push(report(
+                let mut r = report(
                     &shared,
                     objects,
                     ahead,
@@ -478,7 +504,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                     &frames,
                     measured,
                     (fw, fh),
-                ));
+                );
+                if !shared.device().is_cpu() {
+                    r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
+                }
+                reports.push(r);
                 model = Arc::try_unwrap(shared)
                     .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
             }
@@ -566,6 +596,7 @@ fn report(
         gflops,
         gmac_per_frame: gmac,
         macs: mac_counts,
+        transfer_per_frame: None,
     }
 }
 
@@ -657,6 +688,14 @@ fn render(reports: &[ConfigReport]) -> String {
                 share,
                 gmac,
                 gf
+            );
+        }
+        if let Some(t) = &r.transfer_per_frame {
+            let _ = writeln!(
+                s,
+                "(host <-> device per frame: {:.0} bytes up in {:.1} copies, {:.0} bytes down in \
+                 {:.1} copies)",
+                t.uploaded_bytes, t.uploads, t.downloaded_bytes, t.downloads
             );
         }
         if r.encoder_ahead {

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use edgetam_tracker::{
-    EdgeTam, FrameResult, ImageEmbedding, ObjectPrompt, Tracker, TrackerOptions,
+    EdgeTam, FrameResult, ImageEmbedding, ObjectPrompt, PixelLayout, RawFrame, Tracker,
+    TrackerOptions,
 };
 
 use crate::error::{Error, Result};
-use crate::frame::Frame;
+use crate::frame::{Frame, PixelFormat};
 use crate::stats::{StageTimings, Stats, StatsCollector};
 
 /// Id of a pushed frame: 0, 1, 2, ... over every frame [`Pipeline::push`] accepted, dropped
@@ -512,12 +513,44 @@ struct Prepared {
     timestamp: Option<Duration>,
     pushed: Instant,
     timings: StageTimings,
-    image: std::result::Result<(Vec<u8>, usize, usize), Error>,
+    image: std::result::Result<(Pixels, usize, usize), Error>,
     /// The encoder's output when the producer ran it.
     embedding: Option<Result<ImageEmbedding>>,
 }
 
-fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant) -> Prepared {
+/// A frame's pixels on their way to the model: packed RGB8 converted on the host, or (when the
+/// model is on a GPU) the frame as pushed, converted on the device with the preprocessing.
+enum Pixels {
+    Rgb(Vec<u8>),
+    Device(Frame<'static>),
+}
+
+impl Pixels {
+    fn raw(&self, w: usize, h: usize) -> RawFrame<'_> {
+        match self {
+            Pixels::Rgb(rgb) => RawFrame::rgb8(rgb, w, h),
+            Pixels::Device(f) => RawFrame {
+                data: f.data(),
+                width: w,
+                height: h,
+                stride: f.stride(),
+                layout: match f.format() {
+                    PixelFormat::Rgb8 => PixelLayout::Rgb8,
+                    PixelFormat::Rgba8 => PixelLayout::Rgba8,
+                    PixelFormat::Bgr8 => PixelLayout::Bgr8,
+                    PixelFormat::Bgra8 => PixelLayout::Bgra8,
+                    PixelFormat::Gray8 => PixelLayout::Gray8,
+                    PixelFormat::Nv12 => PixelLayout::Nv12,
+                    PixelFormat::I420 => PixelLayout::I420,
+                },
+            },
+        }
+    }
+}
+
+/// `on_device`: the model runs on a GPU, which converts the frame itself (one upload of the
+/// frame's bytes, no host conversion).
+fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant, on_device: bool) -> Prepared {
     let mut timings = StageTimings {
         queue: pushed.elapsed(),
         ..StageTimings::default()
@@ -526,10 +559,17 @@ fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant) -> Prepared {
     let (w, h, timestamp) = (frame.width(), frame.height(), frame.timestamp());
     let image = {
         let _span = tracing::info_span!("convert", frame = id).entered();
-        frame
-            .into_rgb8()
-            .map(|rgb| (rgb, w, h))
-            .map_err(Error::from)
+        if on_device {
+            frame
+                .validate()
+                .map(|()| (Pixels::Device(frame), w, h))
+                .map_err(Error::from)
+        } else {
+            frame
+                .into_rgb8()
+                .map(|rgb| (Pixels::Rgb(rgb), w, h))
+                .map_err(Error::from)
+        }
     };
     timings.convert = t.elapsed();
     Prepared {
@@ -575,13 +615,15 @@ impl Producer {
                 }
                 Item::Dropped { id, timestamp } => Stage2::Dropped(id, timestamp),
                 Item::Frame { id, frame, pushed } => {
-                    let mut p = prepare(id, frame, pushed);
+                    let on_device = !self.model.device().is_cpu();
+                    let mut p = prepare(id, frame, pushed, on_device);
                     if !self.objects.is_empty() {
-                        if let Ok((rgb, w, h)) = &p.image {
+                        if let Ok((pixels, w, h)) = &p.image {
                             let t = Instant::now();
                             let _span = tracing::info_span!("encode", frame = id).entered();
                             let model = &self.model;
-                            let e = install(&self.pool, || model.encode_image(rgb, *w, *h));
+                            let raw = pixels.raw(*w, *h);
+                            let e = install(&self.pool, || model.encode_frame(&raw));
                             p.embedding = Some(e.map_err(Error::from));
                             p.timings.encode = t.elapsed();
                         }
@@ -616,7 +658,10 @@ impl TrackStage {
                     continue;
                 }
                 Item::Dropped { id, timestamp } => dropped_output(id, timestamp),
-                Item::Frame { id, frame, pushed } => self.process(prepare(id, frame, pushed)),
+                Item::Frame { id, frame, pushed } => {
+                    let on_device = !self.tracker.model().device().is_cpu();
+                    self.process(prepare(id, frame, pushed, on_device))
+                }
             };
             if !shared.emit(out, o) {
                 break;
@@ -653,7 +698,7 @@ impl TrackStage {
         let outcome = match p.image {
             // The frame never reached the tracker; queued commands wait for the next one.
             Err(e) => Outcome::Failed(e),
-            Ok((rgb, w, h)) => {
+            Ok((pixels, w, h)) => {
                 let resets = self.pending.iter().any(|c| matches!(c, Command::Reset));
                 if !resets && self.last_size.is_some_and(|s| s != (w, h)) {
                     resolution_changed = true;
@@ -681,7 +726,7 @@ impl TrackStage {
                     }
                 }
                 self.last_size = Some((w, h));
-                match self.track(&rgb, w, h, p.embedding, &mut timings, p.id) {
+                match self.track(&pixels.raw(w, h), p.embedding, &mut timings, p.id) {
                     Ok(r) => Outcome::Tracked(r),
                     Err(e) => Outcome::Failed(e),
                 }
@@ -701,9 +746,7 @@ impl TrackStage {
     /// Exactly [`Tracker::track`], with the encoder output taken from the producer when it ran.
     fn track(
         &mut self,
-        rgb: &[u8],
-        w: usize,
-        h: usize,
+        frame: &RawFrame,
         embedding: Option<Result<ImageEmbedding>>,
         timings: &mut StageTimings,
         id: FrameId,
@@ -711,7 +754,7 @@ impl TrackStage {
         let tracker = &mut self.tracker;
         if tracker.object_ids().is_empty() {
             let t = Instant::now();
-            let r = tracker.track(rgb, w, h);
+            let r = tracker.track_frame(frame);
             timings.track = t.elapsed();
             return Ok(r?);
         }
@@ -721,7 +764,7 @@ impl TrackStage {
                 let t = Instant::now();
                 let _span = tracing::info_span!("encode", frame = id).entered();
                 let model = tracker.model().clone();
-                let e = install(&self.pool, || model.encode_image(rgb, w, h));
+                let e = install(&self.pool, || model.encode_frame(frame));
                 timings.encode = t.elapsed();
                 e?
             }

@@ -10,6 +10,8 @@ pub mod attention_bf16;
 pub mod checks;
 pub mod compare;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod fixture;
@@ -27,12 +29,14 @@ pub mod postprocess;
 pub mod precision;
 pub mod preprocess;
 pub mod prompt_encoder;
+pub mod raw_frame;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
 pub mod timings;
 pub mod tracker;
 pub mod tracking_step;
+pub mod transfer;
 pub mod two_way_transformer;
 pub mod vision_neck;
 pub mod weights;
@@ -43,6 +47,7 @@ pub use device::parse_device;
 pub use error::{Error, Result};
 pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
 pub use precision::Precision;
+pub use raw_frame::{PixelLayout, RawFrame};
 pub use timings::StageTimes;
 pub use tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,

@@ -20,6 +20,7 @@ use crate::memory_encoder::MemoryEncoder;
 use crate::postprocess;
 use crate::preprocess;
 use crate::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
+use crate::raw_frame::RawFrame;
 use crate::spatial_perceiver::SpatialPerceiver;
 use crate::weights::Weights;
 
@@ -306,6 +307,10 @@ impl EdgeTam {
         let no_object_pointer = vb.get((1, hidden), "no_object_pointer")?;
         let dense_pe = image_pe.image_wide(config.embed_size())?;
         let video = VideoModules::new(&config, &vb)?;
+        // On CUDA the weights were copied on this thread's stream (candle uses the per-thread
+        // default stream), and other threads' streams do not wait for it: finish here so a
+        // model built on one thread can be used on any.
+        device.synchronize()?;
         Ok(Self {
             config,
             device: device.clone(),
@@ -320,6 +325,12 @@ impl EdgeTam {
             video,
             precision: crate::Precision::F32,
         })
+    }
+
+    /// Waits until the work queued on the model's device is done (a no-op on the CPU, where
+    /// every op completes before it returns): for timing GPU work.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.device.synchronize()?)
     }
 
     /// Selects the precision of the heaviest products (see [`crate::Precision`]) and returns
@@ -399,6 +410,17 @@ impl EdgeTam {
         let pixels = self.preprocess(rgb, width, height)?;
         let preprocess_time = start.elapsed();
         let mut image = self.encode_pixels(&pixels, (width, height))?;
+        image.preprocess_time = preprocess_time;
+        Ok(image)
+    }
+
+    /// Runs preprocessing and the image encoder on a frame in any [`RawFrame`] layout (on CUDA
+    /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
+    pub fn encode_frame(&self, frame: &RawFrame) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
+        let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
+        let preprocess_time = start.elapsed();
+        let mut image = self.encode_pixels(&pixels, (frame.width, frame.height))?;
         image.preprocess_time = preprocess_time;
         Ok(image)
     }
@@ -485,6 +507,10 @@ impl EdgeTam {
             &image.features.feat_s1,
         )?;
         let rows = out.masks.dim(0)?;
+        // Mid-frame device -> host reads (a few floats): the candidate choice and the object
+        // score drive control flow on the host.
+        crate::transfer::note_download(&out.object_score);
+        crate::transfer::note_download(&out.iou);
         let scores = out.object_score.flatten_all()?.to_vec1::<f32>()?;
         let ious = out.iou.flatten_all()?.to_vec1::<f32>()?;
         let k = ious.len() / rows.max(1);
@@ -571,11 +597,16 @@ impl EdgeTam {
 pub fn mask_area_and_box(mask: &Tensor) -> Result<(usize, Option<[usize; 4]>)> {
     let (h, w) = mask.dims2()?;
     let data = mask.to_dtype(DType::U8)?.flatten_all()?.to_vec1::<u8>()?;
+    Ok(mask_area_and_box_host(&data, w, h))
+}
+
+/// [`mask_area_and_box`] of a mask already on the host (`h` rows of `w`, nonzero = inside).
+pub fn mask_area_and_box_host(data: &[u8], w: usize, h: usize) -> (usize, Option<[usize; 4]>) {
     let mut area = 0;
     let (mut x0, mut y0, mut x1, mut y1) = (usize::MAX, usize::MAX, 0, 0);
-    for y in 0..h {
-        for x in 0..w {
-            if data[y * w + x] != 0 {
+    for (y, row) in data.chunks(w.max(1)).take(h).enumerate() {
+        for (x, &v) in row.iter().enumerate() {
+            if v != 0 {
                 area += 1;
                 x0 = x0.min(x);
                 y0 = y0.min(y);
@@ -584,7 +615,7 @@ pub fn mask_area_and_box(mask: &Tensor) -> Result<(usize, Option<[usize; 4]>)> {
             }
         }
     }
-    Ok((area, (area > 0).then_some([x0, y0, x1, y1])))
+    (area, (area > 0).then_some([x0, y0, x1, y1]))
 }
 
 /// `(config.json if any, weight file)` for a model path (directory or checkpoint file).

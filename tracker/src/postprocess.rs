@@ -42,12 +42,36 @@ fn resize_axis(x: &Tensor, dim: usize, in_size: usize, out_size: usize) -> Resul
         // torch copies (weights 1 and 0) in this case.
         return Ok(x.clone());
     }
-    let taps = LinearTaps::new(in_size, out_size);
-    let device = x.device();
-    let (i0, i1, l0, l1) = taps.tensors(dim, device)?;
+    let (i0, i1, l0, l1) = taps_on(dim, in_size, out_size, x.device())?;
     let a = x.index_select(&i0, dim)?;
     let b = x.index_select(&i1, dim)?;
     Ok((a.broadcast_mul(&l0)? + b.broadcast_mul(&l1)?)?)
+}
+
+/// [`LinearTaps::tensors`] on `device`; on a GPU made once per size and kept there (they would
+/// otherwise be four uploads per axis, object and frame).
+fn taps_on(
+    dim: usize,
+    in_size: usize,
+    out_size: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let make = || -> candle_core::Result<Vec<Tensor>> {
+        let (a, b, c, d) = LinearTaps::new(in_size, out_size)
+            .tensors(dim, device)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        Ok(vec![a, b, c, d])
+    };
+    #[cfg(feature = "cuda")]
+    let made = crate::cuda::cached_consts(device, ("linear-taps", dim, in_size, out_size), make)?;
+    #[cfg(not(feature = "cuda"))]
+    let made = make()?;
+    match <[Tensor; 4]>::try_from(made) {
+        Ok([a, b, c, d]) => Ok((a, b, c, d)),
+        Err(_) => Err(Error::InvalidImage(
+            "resize taps: internal size mismatch".into(),
+        )),
+    }
 }
 
 /// Source indices and weights of each output position along one axis.

@@ -9,24 +9,25 @@
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Result};
+use crate::raw_frame::RawFrame;
 
 /// ImageNet mean and std as f32, as transformers stores them (`IMAGENET_DEFAULT_*`).
-const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
-const STD: [f32; 3] = [0.229, 0.224, 0.225];
+pub(crate) const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+pub(crate) const STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 /// One axis of torch's antialiased bilinear resample: per output sample, the first source index
 /// and the int16 taps (stored as i32), all scaled by `2^precision`.
-struct Axis {
-    first: Vec<usize>,
-    taps: Vec<Vec<i32>>,
-    precision: u32,
+pub(crate) struct Axis {
+    pub(crate) first: Vec<usize>,
+    pub(crate) taps: Vec<Vec<i32>>,
+    pub(crate) precision: u32,
 }
 
 /// `HelperInterpBase::_compute_index_ranges_weights` (antialias, triangle filter) followed by
 /// `_compute_index_ranges_int16_weights` from ATen's `UpSampleKernel.cpp`, operation for operation:
 /// weights in f64, normalized per output sample, then rounded to int16 at the largest precision
 /// for which the axis's largest weight still fits.
-fn axis(input: usize, output: usize) -> Axis {
+pub(crate) fn axis(input: usize, output: usize) -> Axis {
     // align_corners=False and no explicit scale factor: scale = in / out.
     let scale = input as f64 / output as f64;
     // interp_size = 2 for bilinear.
@@ -218,9 +219,39 @@ fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) 
     });
 }
 
+/// The model input for one frame in any [`RawFrame`] layout: `[1, 3, S, S]` f32 on `device`.
+///
+/// On CUDA only the frame's bytes go to the device; conversion, resize and normalisation run
+/// there (`cuda::preprocess`), bit-identical to the CPU path. Elsewhere the frame is converted to
+/// RGB8 on the host (no copy when it already is) and goes through [`preprocess`].
+pub fn preprocess_frame(frame: &RawFrame, image_size: usize, device: &Device) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        return crate::cuda::preprocess::preprocess(frame, image_size, device);
+    }
+    let rgb = frame.to_rgb8()?;
+    preprocess_host(&rgb, frame.width, frame.height, image_size, device)
+}
+
 /// The model input for one RGB frame: resized to `image_size` square and normalized,
-/// `[1, 3, S, S]` f32 on `device`.
+/// `[1, 3, S, S]` f32 on `device` (on CUDA through the device kernels, see
+/// [`preprocess_frame`]).
 pub fn preprocess(
+    rgb: &[u8],
+    width: usize,
+    height: usize,
+    image_size: usize,
+    device: &Device,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        return preprocess_frame(&RawFrame::rgb8(rgb, width, height), image_size, device);
+    }
+    preprocess_host(rgb, width, height, image_size, device)
+}
+
+/// [`preprocess`] on the host (the tensor is then copied to `device`).
+pub fn preprocess_host(
     rgb: &[u8],
     width: usize,
     height: usize,
@@ -249,6 +280,9 @@ pub fn preprocess(
             *o = table[c][usize::from(px[c])];
         }
     });
+    if !device.is_cpu() {
+        crate::transfer::record_upload(data.len() * 4);
+    }
     Ok(Tensor::from_vec(data, (1, 3, s, s), device)?)
 }
 

@@ -25,8 +25,9 @@ use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 
 use crate::error::{Error, Result};
-use crate::model::{mask_area_and_box, EdgeTam, ImageEmbedding, Prompt, Segmentation};
+use crate::model::{mask_area_and_box_host, EdgeTam, ImageEmbedding, Prompt, Segmentation};
 use crate::postprocess;
+use crate::raw_frame::RawFrame;
 use crate::timings::{timed, StageTimes};
 use crate::tracking_step::{GatheredMemory, MemoryInput};
 
@@ -342,6 +343,18 @@ impl Tracker {
             return Ok(self.advance_empty(width, height));
         }
         let image = self.model.encode_image(rgb, width, height)?;
+        self.track_embedding(image)
+    }
+
+    /// As [`Self::track`] for a frame in any [`RawFrame`] layout (RGB/BGR with or without a
+    /// fourth byte, gray, NV12, I420, any stride). On CUDA only the frame's bytes are uploaded
+    /// and converted there; results are identical to converting to RGB8 first.
+    pub fn track_frame(&mut self, frame: &RawFrame) -> Result<FrameResult> {
+        if self.objects.is_empty() {
+            frame.validate()?;
+            return Ok(self.advance_empty(frame.width, frame.height));
+        }
+        let image = self.model.encode_frame(frame)?;
         self.track_embedding(image)
     }
 
@@ -667,8 +680,11 @@ fn object_result(
 ) -> Result<ObjectResult> {
     let (_, mask) = model.mask_at_original(image, seg)?;
     let (w, h) = image.original_size;
-    let (area, bbox) = mask_area_and_box(&mask)?;
-    let data = mask.flatten_all()?.to_dtype(DType::U8)?.to_vec1::<u8>()?;
+    // The frame's one download of the mask (area and box from the host copy).
+    let mask = mask.flatten_all()?.to_dtype(DType::U8)?;
+    crate::transfer::note_download(&mask);
+    let data = mask.to_vec1::<u8>()?;
+    let (area, bbox) = mask_area_and_box_host(&data, w, h);
     Ok(ObjectResult {
         id,
         low_res_logits: seg.low_res_logits.clone(),
