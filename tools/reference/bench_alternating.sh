@@ -2,7 +2,11 @@
 # Ours vs the PyTorch reference, per frame and per stage, run alternately on one machine.
 #
 #   tools/reference/bench_alternating.sh [-r ROUNDS] [-n FRAMES] [-k WARMUP] [-t THREADS]
-#                                        [-o OBJECTS] [-s SIZE] [-d OUTDIR]
+#                                        [-o OBJECTS] [-s SIZE] [-p DTYPES] [-e on|off|both]
+#                                        [-d OUTDIR]
+#
+# DTYPES: our precisions, `f32` (default), `bf16` or `f32,bf16`; -e: our encoder-ahead modes
+# (default off). The reference always runs serial fp32.
 #
 # Measures the float32 matmul peak once, then runs `edgetam bench` and `time_reference.py`
 # alternately ROUNDS times (ours, reference, ours, reference, ...: machine noise and drift hit both
@@ -15,13 +19,14 @@
 # (PYTHON=/path/to/python, default python3). EDGETAM=/path/to/edgetam overrides the binary.
 set -euo pipefail
 
-ROUNDS=2 FRAMES=6 WARMUP=2 THREADS=2 OBJECTS=1 SIZE=1024 OUT=""
-while getopts "r:n:k:t:o:s:d:h" opt; do
+ROUNDS=2 FRAMES=6 WARMUP=2 THREADS=2 OBJECTS=1 SIZE=1024 OUT="" DTYPES=f32 AHEAD=off
+while getopts "r:n:k:t:o:s:d:p:e:h" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; n) FRAMES=$OPTARG ;; k) WARMUP=$OPTARG ;; t) THREADS=$OPTARG ;;
-    o) OBJECTS=$OPTARG ;; s) SIZE=$OPTARG ;; d) OUT=$OPTARG ;;
-    h) sed -n '2,15p' "$0"; exit 0 ;;
-    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+    o) OBJECTS=$OPTARG ;; s) SIZE=$OPTARG ;; d) OUT=$OPTARG ;; p) DTYPES=$OPTARG ;;
+    e) AHEAD=$OPTARG ;;
+    h) sed -n '2,19p' "$0"; exit 0 ;;
+    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -41,7 +46,8 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS: ours"
   # `edgetam bench --frames` counts measured frames only (after the warm-up).
   "$BIN" bench --random-weights --size "$SIZE" --objects "$OBJECTS" --frames "$((FRAMES - WARMUP))" \
-    --warmup "$WARMUP" --threads "$THREADS" --json "$OUT/ours_$r.json"
+    --warmup "$WARMUP" --threads "$THREADS" --dtype "$DTYPES" --encoder-ahead "$AHEAD" \
+    --json "$OUT/ours_$r.json"
   echo "== round $r/$ROUNDS: reference"
   "$PY" "$REF/time_reference.py" --size "$SIZE" --objects "$OBJECTS" --frames "$FRAMES" \
     --warmup "$WARMUP" --threads "$THREADS" --quiet --json "$OUT/ref_$r.json"
