@@ -16,8 +16,8 @@ mod pointwise_bf16;
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
-pub(crate) use conv::Pointwise;
-use conv::{conv_norm, Dense};
+use conv::conv_norm;
+pub(crate) use conv::{Dense, Pointwise};
 pub use depthwise::Depthwise;
 pub(crate) use gelu::gelu;
 

@@ -314,6 +314,34 @@ pub(crate) struct Dense {
 }
 
 impl Dense {
+    /// A `k x k` convolution with bias from `weight` `[out, in, k, k]` and `bias` `[out]`.
+    pub(crate) fn new(
+        weight: &Tensor,
+        bias: &Tensor,
+        stride: usize,
+        padding: usize,
+    ) -> candle_core::Result<Self> {
+        let (out_ch, in_ch, k, k2) = weight.dims4()?;
+        if k != k2 {
+            candle_core::bail!(
+                "dense conv expects a square kernel, got {:?}",
+                weight.dims()
+            );
+        }
+        let weight = weight.to_dtype(DType::F32)?;
+        let bias = bias.to_dtype(DType::F32)?;
+        Ok(Self {
+            host_weight: weight.flatten_all()?.to_vec1()?,
+            host_bias: bias.to_vec1()?,
+            weight,
+            bias: bias.reshape((1, out_ch, 1, 1))?,
+            in_ch,
+            k,
+            stride: stride.max(1),
+            padding,
+        })
+    }
+
     /// A folded `ConvNorm` `k x k`, padding `(k-1)/2`.
     pub(crate) fn conv_norm(
         vb: &VarBuilder,
