@@ -1,7 +1,8 @@
 //! The built plugin (`libgstedgetam.so`) in the real `gst-launch-1.0` and `gst-inspect-1.0`.
 //!
 //! The shared library is the one `cargo test` builds next to this test binary
-//! (`target/<profile>/libgstedgetam.so`; cargo builds the package's cdylib for its integration
+//! (`target/<profile>/deps/libgstedgetam.so`, or the newer `target/<profile>/libgstedgetam.so`
+//! of a `cargo build`; cargo builds the package's cdylib for its integration
 //! tests). It is copied into a scratch folder that `GST_PLUGIN_PATH` points at (the target
 //! folder itself holds other shared objects GStreamer would try to load), with a scratch
 //! `GST_REGISTRY`.
@@ -28,12 +29,27 @@ fn target_dir() -> PathBuf {
 fn plugin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let lib = target_dir().join("libgstedgetam.so");
-        assert!(
-            lib.exists(),
-            "{} not built: run `cargo build --release -p gst-plugin-edgetam` (cargo test builds it)",
-            lib.display()
-        );
+        // `cargo test` builds the cdylib into `deps/` (beside this binary) but copies it up to
+        // `target/<profile>/` only on `cargo build`: take the newer of the two, so a stale
+        // copy from an earlier build is never tested.
+        let built = |p: PathBuf| {
+            let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+            Some((modified, p))
+        };
+        let lib = [
+            target_dir().join("deps").join("libgstedgetam.so"),
+            target_dir().join("libgstedgetam.so"),
+        ]
+        .into_iter()
+        .filter_map(built)
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "libgstedgetam.so not built in {}: run `cargo build --release -p gst-plugin-edgetam`",
+                target_dir().display()
+            )
+        });
         let dir = tmp("plugin");
         std::fs::copy(&lib, dir.join("libgstedgetam.so")).expect("copy the plugin");
         dir
@@ -94,11 +110,12 @@ fn objects(s: &gst::Structure) -> Vec<gst::Structure> {
         .collect()
 }
 
-const PROPERTIES: [&str; 11] = [
+const PROPERTIES: [&str; 12] = [
     "model",
     "device",
     "prompts",
     "encoder-ahead",
+    "precision",
     "overlay",
     "overlay-alpha",
     "max-objects",

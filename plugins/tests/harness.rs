@@ -445,6 +445,8 @@ fn missing_or_bad_model_fails_the_state_change() {
     assert!(e.contains("prompts") && e.contains("bx=1"), "{e}");
     let e = start_error(&[("model", dir.to_str().expect("utf-8")), ("device", "tpu")]);
     assert!(e.contains("device") && e.contains("tpu"), "{e}");
+    let e = start_error(&[("model", dir.to_str().expect("utf-8")), ("precision", "f8")]);
+    assert!(e.contains("precision") && e.contains("f8"), "{e}");
 }
 
 #[test]

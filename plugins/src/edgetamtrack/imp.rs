@@ -27,6 +27,7 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 
 const DEFAULT_DEVICE: &str = "cpu";
 const DEFAULT_ENCODER_AHEAD: bool = false;
+const DEFAULT_PRECISION: &str = "f32";
 const DEFAULT_OVERLAY_ALPHA: f64 = 0.5;
 const DEFAULT_MAX_OBJECTS: u32 = 16;
 const DEFAULT_LIVE_MODE: bool = false;
@@ -41,6 +42,7 @@ struct Settings {
     device: String,
     prompts: Option<String>,
     encoder_ahead: bool,
+    precision: String,
     overlay: Overlay,
     overlay_alpha: f64,
     max_objects: u32,
@@ -55,6 +57,7 @@ impl Default for Settings {
             device: DEFAULT_DEVICE.into(),
             prompts: None,
             encoder_ahead: DEFAULT_ENCODER_AHEAD,
+            precision: DEFAULT_PRECISION.into(),
             overlay: Overlay::empty(),
             overlay_alpha: DEFAULT_OVERLAY_ALPHA,
             max_objects: DEFAULT_MAX_OBJECTS,
@@ -128,6 +131,8 @@ enum StartError {
     },
     #[error("bad `device`: {0}")]
     Device(edgetam_tracker::Error),
+    #[error("bad `precision`: {0}")]
+    Precision(String),
     #[error("bad `prompts`: {0}")]
     Prompts(#[from] edgetam_pipeline::PromptSpecError),
     #[error("`prompts`: object {obj}: {message}")]
@@ -210,16 +215,23 @@ impl EdgeTamTrack {
             return Err(StartError::MissingModel { path });
         }
         let device = parse_device(&settings.device).map_err(StartError::Device)?;
+        let precision: edgetam_tracker::Precision =
+            settings.precision.parse().map_err(StartError::Precision)?;
         let specs = PromptSpec::parse_list(settings.prompts.as_deref().unwrap_or(""))?;
         let mut scheduled = Vec::new();
         for spec in &specs {
             scheduled.push((spec.frame as u64, spec.obj, spec_prompt(spec)?));
         }
         let t = Instant::now();
-        let model = EdgeTam::load(&path, &device).map_err(|source| StartError::Model {
+        let mut model = EdgeTam::load(&path, &device).map_err(|source| StartError::Model {
             path: path.clone(),
             source,
         })?;
+        if model.set_precision(precision) != precision {
+            return Err(StartError::Precision(format!(
+                "{precision} is not available here (the bf16 mode needs a CPU with AVX512-BF16)"
+            )));
+        }
         gst::info!(
             CAT,
             imp = self,
@@ -614,6 +626,12 @@ impl ObjectImpl for EdgeTamTrack {
                     .default_value(DEFAULT_ENCODER_AHEAD)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecString::builder("precision")
+                    .nick("Precision")
+                    .blurb("f32 (exact) or bf16 (fast mode: memory attention and memory encoder products in bf16, masks within IoU 0.99 of f32; CPUs with AVX512-BF16)")
+                    .default_value(Some(DEFAULT_PRECISION))
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecFlags::builder::<Overlay>("overlay")
                     .nick("Overlay")
                     .blurb("What to draw into the frames: none, or mask, contour and box combined with +")
@@ -697,6 +715,13 @@ impl ObjectImpl for EdgeTamTrack {
                 s.prompts = p;
             }
             "encoder-ahead" => s.encoder_ahead = value.get().unwrap_or(DEFAULT_ENCODER_AHEAD),
+            "precision" => {
+                s.precision = value
+                    .get::<Option<String>>()
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| DEFAULT_PRECISION.into())
+            }
             "overlay" => s.overlay = value.get().unwrap_or(Overlay::empty()),
             "overlay-alpha" => s.overlay_alpha = value.get().unwrap_or(DEFAULT_OVERLAY_ALPHA),
             "max-objects" => s.max_objects = value.get().unwrap_or(DEFAULT_MAX_OBJECTS),
@@ -718,6 +743,7 @@ impl ObjectImpl for EdgeTamTrack {
             "device" => s.device.to_value(),
             "prompts" => s.prompts.to_value(),
             "encoder-ahead" => s.encoder_ahead.to_value(),
+            "precision" => s.precision.to_value(),
             "overlay" => s.overlay.to_value(),
             "overlay-alpha" => s.overlay_alpha.to_value(),
             "max-objects" => s.max_objects.to_value(),
