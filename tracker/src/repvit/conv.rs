@@ -351,18 +351,7 @@ impl Dense {
         stride: usize,
     ) -> candle_core::Result<Self> {
         let (w, b) = conv_norm(vb, out_ch, in_ch, k)?;
-        let weight = w.to_dtype(DType::F32)?;
-        let bias = b.to_dtype(DType::F32)?;
-        Ok(Self {
-            host_weight: weight.flatten_all()?.to_vec1()?,
-            host_bias: bias.to_vec1()?,
-            weight,
-            bias: bias.reshape((1, out_ch, 1, 1))?,
-            in_ch,
-            k,
-            stride: stride.max(1),
-            padding: (k - 1) / 2,
-        })
+        Self::new(&w, &b, stride, (k - 1) / 2)
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
