@@ -5,18 +5,7 @@ use image::{Rgb, RgbImage};
 
 /// Overlay colors, by an object's position in a frame's results (objects in order of first
 /// prompt).
-pub const PALETTE: [[u8; 3]; 10] = [
-    [30, 144, 255],
-    [255, 69, 0],
-    [50, 205, 50],
-    [255, 215, 0],
-    [186, 85, 211],
-    [0, 206, 209],
-    [255, 140, 0],
-    [255, 20, 147],
-    [154, 205, 50],
-    [160, 82, 45],
-];
+pub use edgetam_pipeline::OBJECT_COLORS as PALETTE;
 
 /// Each object's mask tinted and its box outlined in its [`PALETTE`] color (masks must be the
 /// image's size).

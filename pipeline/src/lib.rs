@@ -48,6 +48,7 @@ pub mod error;
 pub mod frame;
 #[cfg(feature = "opencv")]
 pub mod mat;
+pub mod palette;
 pub mod pipeline;
 pub mod prompt_spec;
 pub mod stats;
@@ -64,6 +65,7 @@ pub use mat::MatError;
 /// The `opencv` crate this one was built against (feature `opencv`).
 #[cfg(feature = "opencv")]
 pub use opencv;
+pub use palette::OBJECT_COLORS;
 pub use pipeline::{
     DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
 };

@@ -5,18 +5,7 @@ use gst_video::prelude::*;
 use gst_video::{VideoFormat, VideoFrameRef};
 
 /// Object colors (RGB), by object id (`id % 10`): the palette of `edgetam::draw`.
-pub const PALETTE: [[u8; 3]; 10] = [
-    [30, 144, 255],
-    [255, 69, 0],
-    [50, 205, 50],
-    [255, 215, 0],
-    [186, 85, 211],
-    [0, 206, 209],
-    [255, 140, 0],
-    [255, 20, 147],
-    [154, 205, 50],
-    [160, 82, 45],
-];
+pub use edgetam_pipeline::OBJECT_COLORS as PALETTE;
 
 /// What to draw.
 #[derive(Debug, Clone, Copy, PartialEq)]
