@@ -12,6 +12,7 @@
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
+use crate::gemm_f32::{gemm_packed, PackedB};
 use crate::kernels::{f32_slice, threads};
 use crate::repvit::gelu::exp_neg;
 
@@ -111,6 +112,20 @@ impl CustomOp3 for FusedAttention {
                 tasks.push((bh, t * TILE_Q, tile));
             }
         }
+        // The keys (transposed) and values of every batch x head, packed once for all query
+        // tiles (the `gemm` crate re-packed them per tile).
+        let (keys, values) = std::thread::scope(|scope| {
+            let keys = scope.spawn(|| {
+                (0..n * h)
+                    .map(|bh| PackedB::from_transposed(&k[bh * lk * d..][..lk * d], lk, d, d))
+                    .collect::<Vec<_>>()
+            });
+            let values: Vec<_> = (0..n * h)
+                .map(|bh| PackedB::from_rows(&v[bh * lk * d..][..lk * d], lk, d, d))
+                .collect();
+            (keys.join(), values)
+        });
+        let keys = keys.map_err(|_| candle_core::Error::Msg("attention: packing failed".into()))?;
         let workers = threads().min(tasks.len()).max(1);
         let queue = std::sync::Mutex::new(tasks.into_iter());
         let run = || {
@@ -125,11 +140,10 @@ impl CustomOp3 for FusedAttention {
                 let Some((bh, q0, tile)) = next else { break };
                 let rows = tile.len() / d;
                 let qt = &q[(bh * lq + q0) * d..][..rows * d];
-                let kv = bh * lk * d..(bh + 1) * lk * d;
                 attend_tile(
                     qt,
-                    &k[kv.clone()],
-                    &v[kv],
+                    &keys[bh],
+                    &values[bh],
                     tile,
                     &mut scores,
                     &mut stats,
@@ -147,12 +161,13 @@ impl CustomOp3 for FusedAttention {
     }
 }
 
-/// One query tile against all keys: `q` `[rows, D]`, `k`/`v` `[Lk, D]`, `out` `[rows, D]`
-/// (the accumulator, then the result); `scores` and `stats` are per-worker scratch.
+/// One query tile against all keys: `q` `[rows, D]`, `k` the packed `K^T` (`D x Lk`), `v` the
+/// packed `V` (`Lk x D`), `out` `[rows, D]` (the accumulator, then the result); `scores` and
+/// `stats` are per-worker scratch.
 fn attend_tile(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &PackedB,
+    v: &PackedB,
     out: &mut [f32],
     scores: &mut [f32],
     stats: &mut [f32],
@@ -167,60 +182,9 @@ fn attend_tile(
     for k0 in (0..lk).step_by(TILE_K) {
         let cols = TILE_K.min(lk - k0);
         let s = &mut scores[..rows * cols];
-        let kt = &k[k0 * d..(k0 + cols) * d];
-        let vt = &v[k0 * d..(k0 + cols) * d];
-        // SAFETY: `s` is `rows x cols` row-major; `q` is `rows x d` row-major; `kt` is
-        // `cols x d` row-major, read as its transpose `d x cols` (column stride d, row stride
-        // 1). All slices have exactly these lengths and `s` aliases neither input.
-        unsafe {
-            gemm::gemm(
-                rows,
-                cols,
-                d,
-                s.as_mut_ptr(),
-                1,
-                cols as isize,
-                false,
-                q.as_ptr(),
-                1,
-                d as isize,
-                kt.as_ptr(),
-                d as isize,
-                1,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
+        gemm_packed(rows, q, d, k, 0..d, k0..k0 + cols, s, cols, false);
         online_softmax(s, cols, scale, &mut max[..rows], &mut sum[..rows], out, d);
-        // SAFETY: `out` is `rows x d` row-major (accumulated in place), `s` is `rows x cols`,
-        // `vt` is `cols x d`, all row-major with the stated lengths; `out` aliases neither.
-        unsafe {
-            gemm::gemm(
-                rows,
-                d,
-                cols,
-                out.as_mut_ptr(),
-                1,
-                d as isize,
-                true,
-                s.as_ptr(),
-                1,
-                cols as isize,
-                vt.as_ptr(),
-                1,
-                d as isize,
-                1.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
+        gemm_packed(rows, s, cols, v, k0..k0 + cols, 0..d, out, d, true);
     }
     for r in 0..rows {
         let inv = sum[r];

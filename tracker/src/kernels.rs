@@ -13,6 +13,45 @@ pub(crate) fn threads() -> usize {
     candle_core::utils::get_num_threads().max(1)
 }
 
+/// Runs `work` on every task on up to `workers` threads (the caller's included), handing the
+/// tasks out one by one: the machine is shared, so a static split would leave cores idle.
+pub(crate) fn run_tasks<T: Send>(tasks: Vec<T>, workers: usize, work: impl Fn(T) + Sync) {
+    run_tasks_with(tasks, workers, || (), |(), task| work(task));
+}
+
+/// [`run_tasks`] with per-worker scratch made by `scratch` (buffers reused across tasks).
+pub(crate) fn run_tasks_with<T: Send, S>(
+    tasks: Vec<T>,
+    workers: usize,
+    scratch: impl Fn() -> S + Sync,
+    work: impl Fn(&mut S, T) + Sync,
+) {
+    let workers = workers.clamp(1, tasks.len().max(1));
+    let queue = std::sync::Mutex::new(tasks.into_iter());
+    let run = || {
+        let mut s = scratch();
+        loop {
+            // A poisoned lock means another worker panicked; stop taking work.
+            let next = match queue.lock() {
+                Ok(mut it) => it.next(),
+                Err(_) => None,
+            };
+            let Some(task) = next else { break };
+            work(&mut s, task);
+        }
+    };
+    if workers == 1 {
+        run();
+        return;
+    }
+    std::thread::scope(|scope| {
+        for _ in 1..workers {
+            scope.spawn(run);
+        }
+        run();
+    });
+}
+
 /// Contiguous f32 slice of a storage, or an error naming `what` (shared by every custom op).
 pub(crate) fn f32_slice<'a>(
     storage: &'a CpuStorage,

@@ -13,6 +13,7 @@ use candle_nn::Linear;
 
 use crate::attention_bf16::supported;
 use crate::kernels::{f32_slice, threads};
+use crate::linear_f32::PackedLinear;
 
 /// Rows per task.
 const ROWS_PER_TASK: usize = 64;
@@ -199,16 +200,24 @@ mod x86 {
     }
 }
 
-/// A linear layer that runs exact f32 (candle) or, once switched, bf16 products on the CPU.
+/// A linear layer that runs exact f32 or, once switched, bf16 products on the CPU. The exact
+/// path is [`PackedLinear`] where the CPU has AVX-512F (weight packed at load), else candle's.
 #[derive(Debug, Clone)]
 pub struct SwitchLinear {
     exact: Linear,
+    packed: Option<Arc<PackedLinear>>,
     bf16: Option<Arc<Bf16Linear>>,
 }
 
 impl SwitchLinear {
     pub fn new(exact: Linear) -> Self {
-        Self { exact, bf16: None }
+        // Packing only fails where the kernel would not apply; candle's layer runs then.
+        let packed = PackedLinear::new(&exact).ok().flatten().map(Arc::new);
+        Self {
+            exact,
+            packed,
+            bf16: None,
+        }
     }
 
     /// Switches the bf16 products on (packing the weight once) or off. Stays exact where the
@@ -229,7 +238,10 @@ impl Module for SwitchLinear {
             Some(fast) if x.device().is_cpu() && x.dtype() == DType::F32 => {
                 x.contiguous()?.apply_op1_no_bwd(fast.as_ref())
             }
-            _ => self.exact.forward(x),
+            _ => match &self.packed {
+                Some(packed) if x.device().is_cpu() && x.dtype() == DType::F32 => packed.forward(x),
+                _ => self.exact.forward(x),
+            },
         }
     }
 }
@@ -255,8 +267,10 @@ mod tests {
             let b = Tensor::randn(0f32, 1.0, out, &dev)?;
             let exact = Linear::new(w, Some(b));
             let mut fast = SwitchLinear::new(exact.clone());
-            fast.set_bf16(true)?;
             let x = Tensor::randn(0f32, 1.0, (1, rows, inp), &dev)?;
+            // The switch's exact path (packed f32 where the CPU has AVX-512F).
+            let exact_path = fast.forward(&x)?;
+            fast.set_bf16(true)?;
             let want = exact.forward(&x)?;
             let got = fast.forward(&x)?;
             assert_eq!(got.dims(), want.dims());
@@ -269,7 +283,7 @@ mod tests {
             );
             fast.set_bf16(false)?;
             let back = fast.forward(&x)?;
-            let same = (&back - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let same = (&back - &exact_path)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert_eq!(same, 0.0, "switching off restores the exact layer");
         }
         Ok(())

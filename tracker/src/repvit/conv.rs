@@ -5,6 +5,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 
+use crate::gemm_f32::{gemm_rows, packed_unchecked, PackedB};
 use crate::kernels::{f32_slice, threads};
 use candle_nn::VarBuilder;
 
@@ -220,42 +221,24 @@ impl FusedPointwise<'_> {
                 None => out.extend(std::iter::repeat_n(b, hw)),
             }
         }
-        let threads = candle_core::utils::get_num_threads();
-        let parallelism = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
         if let Some(packed) = self.bf16.filter(|_| hw >= BF16_MIN_PIXELS) {
             super::pointwise_bf16::accumulate(packed, x, hw, &mut out);
         } else if hw > 0 && c > 0 && out_ch > 0 {
             for (dst, src) in out.chunks_mut(out_ch * hw).zip(x.chunks(c * hw)) {
-                // SAFETY: `dst` is `out_ch x hw`, `weight` is `out_ch x c` and `src` is
-                // `c x hw`, all row-major and checked above; the slices outlive the call and
-                // `dst` does not alias the inputs.
-                unsafe {
-                    gemm::gemm(
-                        out_ch,
-                        hw,
-                        c,
-                        dst.as_mut_ptr(),
-                        1,
-                        hw as isize,
-                        true,
-                        self.weight.as_ptr(),
-                        1,
-                        c as isize,
-                        src.as_ptr(),
-                        1,
-                        hw as isize,
-                        1.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        parallelism,
-                    );
-                }
+                // `dst` is `out_ch x hw`, `weight` `out_ch x c`, `src` `c x hw`, row-major.
+                gemm_rows(
+                    out_ch,
+                    self.weight,
+                    c,
+                    src,
+                    c,
+                    hw,
+                    hw,
+                    dst,
+                    hw,
+                    true,
+                    threads(),
+                );
             }
         }
         if self.epilogue == Epilogue::Gelu {
@@ -425,6 +408,7 @@ impl CustomOp1 for DenseOp<'_> {
             for t in 0..threads {
                 scope.spawn(move || {
                     let mut cols = vec![0f32; kk * DENSE_CHUNK];
+                    let mut packed = PackedB::zeroed(kk, DENSE_CHUNK);
                     for job in (t..jobs).step_by(threads) {
                         let (b, ci) = (job / chunks, job % chunks);
                         let p0 = ci * DENSE_CHUNK;
@@ -457,32 +441,23 @@ impl CustomOp1 for DenseOp<'_> {
                         let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
                         // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
                         // `out_ch x hw` block (row stride `hw`), which no other job touches;
-                        // `weight` is `out_ch x kk` and `cols` is `kk x np`, both row-major.
+                        // `weight` is `out_ch x kk` and `packed` is `kk x np`.
                         unsafe {
                             for o in 0..out_ch {
                                 let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
                                 row.fill(d.host_bias[o]);
                             }
-                            gemm::gemm(
+                            packed.fill_columns_from_rows(&cols, np, np);
+                            packed_unchecked(
                                 out_ch,
-                                np,
+                                &d.host_weight,
                                 kk,
+                                &packed,
+                                0..kk,
+                                0..np,
                                 dst,
-                                1,
-                                hw as isize,
+                                hw,
                                 true,
-                                d.host_weight.as_ptr(),
-                                1,
-                                kk as isize,
-                                cols.as_ptr(),
-                                1,
-                                np as isize,
-                                1.0f32,
-                                1.0f32,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
                             );
                             if self.gelu {
                                 for o in 0..out_ch {
