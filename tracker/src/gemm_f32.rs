@@ -82,8 +82,20 @@ impl PackedB {
         {
             let j0 = p * NR;
             let w = NR.min(n - j0);
-            for (kk, row) in panel.chunks_mut(NR).enumerate() {
-                row[..w].copy_from_slice(&b[kk * ldb + j0..][..w]);
+            if w == NR {
+                // Fixed-size copies compile to two vector moves (no `memcpy` call per row).
+                for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
+                    if let (Ok(dst), Ok(src)) = (
+                        <&mut [f32; NR]>::try_from(row),
+                        <&[f32; NR]>::try_from(&b[kk * ldb + j0..][..NR]),
+                    ) {
+                        *dst = *src;
+                    }
+                }
+            } else {
+                for (kk, row) in panel.chunks_mut(NR).enumerate() {
+                    row[..w].copy_from_slice(&b[kk * ldb + j0..][..w]);
+                }
             }
         }
     }

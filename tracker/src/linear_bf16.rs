@@ -232,6 +232,17 @@ impl SwitchLinear {
     }
 }
 
+impl SwitchLinear {
+    /// The packed exact layer, when it is what [`Module::forward`] runs for CPU f32 inputs
+    /// (bf16 off, AVX-512F present): callers fuse it with its neighbours.
+    pub fn packed_f32(&self) -> Option<&PackedLinear> {
+        match self.bf16 {
+            Some(_) => None,
+            None => self.packed.as_deref(),
+        }
+    }
+}
+
 impl Module for SwitchLinear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match &self.bf16 {
@@ -283,7 +294,10 @@ mod tests {
             );
             fast.set_bf16(false)?;
             let back = fast.forward(&x)?;
-            let same = (&back - &exact_path)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let same = (&back - &exact_path)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?;
             assert_eq!(same, 0.0, "switching off restores the exact layer");
         }
         Ok(())

@@ -12,13 +12,14 @@
 //! a final LayerNorm closes the stack. The API is batch first (`[B, tokens, channels]`); the
 //! reference takes sequence-first tensors and transposes them itself.
 
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 use candle_nn::{linear, VarBuilder};
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
 use crate::linear_bf16::SwitchLinear;
+use crate::linear_f32::FusedReluMlp;
 use crate::rope::AxialRope;
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
@@ -138,6 +139,14 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let (Activation::Relu, Some(up), Some(down), true) = (
+            &self.activation,
+            self.up_proj.packed_f32(),
+            self.down_proj.packed_f32(),
+            x.device().is_cpu() && x.dtype() == DType::F32,
+        ) {
+            return FusedReluMlp { up, down }.forward(x);
+        }
         self.down_proj
             .forward(&self.activation.apply(&self.up_proj.forward(x)?)?)
     }

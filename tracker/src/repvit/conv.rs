@@ -420,20 +420,29 @@ impl CustomOp1 for DenseOp<'_> {
                                 for kx in 0..k {
                                     let row = (ch * k + ky) * k + kx;
                                     let dst = &mut cols[row * np..(row + 1) * np];
-                                    for (j, v) in dst.iter_mut().enumerate() {
+                                    // Walk the output pixels row segment by row segment (no
+                                    // division per element).
+                                    let mut j = 0;
+                                    while j < np {
                                         let q = p0 + j;
-                                        let (oy, ox) = (q / ow, q % ow);
+                                        let (oy, ox0) = (q / ow, q % ow);
+                                        let seg = (ow - ox0).min(np - j);
                                         let iy = (oy * s + ky) as isize - p as isize;
-                                        let ix = (ox * s + kx) as isize - p as isize;
-                                        *v = if iy >= 0
-                                            && ix >= 0
-                                            && (iy as usize) < h
-                                            && (ix as usize) < w
-                                        {
-                                            img[(ch * h + iy as usize) * w + ix as usize]
+                                        let out = &mut dst[j..j + seg];
+                                        if iy < 0 || iy as usize >= h {
+                                            out.fill(0.0);
                                         } else {
-                                            0.0
-                                        };
+                                            let src = &img[(ch * h + iy as usize) * w..][..w];
+                                            for (t, v) in out.iter_mut().enumerate() {
+                                                let ix = ((ox0 + t) * s + kx) as isize - p as isize;
+                                                *v = if ix >= 0 && (ix as usize) < w {
+                                                    src[ix as usize]
+                                                } else {
+                                                    0.0
+                                                };
+                                            }
+                                        }
+                                        j += seg;
                                     }
                                 }
                             }
