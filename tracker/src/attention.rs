@@ -17,7 +17,7 @@ use crate::kernels::{f32_slice, threads};
 use crate::repvit::gelu::exp_neg;
 
 /// Query rows per task: a task is one (batch * head, query tile).
-pub(crate) const TILE_Q: usize = 64;
+pub(crate) const TILE_Q: usize = 128;
 /// Keys per inner step: the score tile `TILE_Q x TILE_K` stays in L2.
 pub(crate) const TILE_K: usize = 256;
 

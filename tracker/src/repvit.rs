@@ -8,6 +8,7 @@
 //! Layout: stem (two 3x3 stride-2 convs, GELU between) then 4 stages of 48/96/192/384 channels,
 //! depths 2/2/14/2; stages 1..3 open with a downsample; blocks alternate squeeze-excite on/off.
 
+mod channel_mixer;
 mod conv;
 mod depthwise;
 pub(crate) mod gelu;
@@ -87,6 +88,9 @@ impl Mlp {
     }
 
     fn forward_residual(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Some(y) = self.conv1.channel_mixer(&self.conv2, x)? {
+            return Ok(y);
+        }
         self.conv2.forward_add(&self.conv1.forward_gelu(x)?, x)
     }
 }

@@ -5,8 +5,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::gemm_f32::{gemm_rows, packed_unchecked, PackedB};
-use crate::kernels::{f32_slice, threads};
+use crate::gemm_f32::{packed_unchecked, PackedB};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
 use candle_nn::VarBuilder;
 
 /// BatchNorm eps of every RepViT `ConvNorm` (torch's default).
@@ -170,6 +170,27 @@ impl Pointwise {
     }
 }
 
+impl Pointwise {
+    /// `x + conv2(gelu(self(x)))` in one pass ([`super::channel_mixer`]) on CPU f32 inputs
+    /// where both convs run exact f32; `None` means: run them one by one.
+    pub(crate) fn channel_mixer(
+        &self,
+        conv2: &Pointwise,
+        x: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        if !fused_ok(x) || self.bf16.is_some() || conv2.bf16.is_some() {
+            return Ok(None);
+        }
+        let op = super::channel_mixer::ChannelMixer {
+            w1: &self.host_weight,
+            b1: &self.host_bias,
+            w2: &conv2.host_weight,
+            b2: &conv2.host_bias,
+        };
+        Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?))
+    }
+}
+
 fn fused_ok(x: &Tensor) -> bool {
     x.device().is_cpu() && x.dtype() == DType::F32
 }
@@ -185,6 +206,9 @@ struct FusedPointwise<'a> {
 /// Below this many pixels per image a 1x1 conv stays f32 in the bf16 mode (the squeeze-excite
 /// layers on pooled `1x1` maps: nothing to gain).
 const BF16_MIN_PIXELS: usize = 64;
+
+/// Pixels per task of the exact 1x1 conv: the packed input block (`c x 256`) stays in L2.
+const POINTWISE_COLS: usize = 256;
 
 impl FusedPointwise<'_> {
     fn run(
@@ -212,38 +236,71 @@ impl FusedPointwise<'_> {
                 );
             }
         }
-        // Start from the bias (plus the residual); the product accumulates on top.
-        let mut out: Vec<f32> = Vec::with_capacity(total);
-        for i in 0..n * out_ch {
-            let b = self.bias[i % out_ch];
-            match residual {
-                Some(r) => out.extend(r[i * hw..(i + 1) * hw].iter().map(|v| v + b)),
-                None => out.extend(std::iter::repeat_n(b, hw)),
-            }
-        }
+        let shape = Shape::from((n, out_ch, h, w));
         if let Some(packed) = self.bf16.filter(|_| hw >= BF16_MIN_PIXELS) {
-            super::pointwise_bf16::accumulate(packed, x, hw, &mut out);
-        } else if hw > 0 && c > 0 && out_ch > 0 {
-            for (dst, src) in out.chunks_mut(out_ch * hw).zip(x.chunks(c * hw)) {
-                // `dst` is `out_ch x hw`, `weight` `out_ch x c`, `src` `c x hw`, row-major.
-                gemm_rows(
-                    out_ch,
-                    self.weight,
-                    c,
-                    src,
-                    c,
-                    hw,
-                    hw,
-                    dst,
-                    hw,
-                    true,
-                    threads(),
-                );
+            // Start from the bias (plus the residual); the product accumulates on top.
+            let mut out: Vec<f32> = Vec::with_capacity(total);
+            for i in 0..n * out_ch {
+                let b = self.bias[i % out_ch];
+                match residual {
+                    Some(r) => out.extend(r[i * hw..(i + 1) * hw].iter().map(|v| v + b)),
+                    None => out.extend(std::iter::repeat_n(b, hw)),
+                }
             }
+            super::pointwise_bf16::accumulate(packed, x, hw, &mut out);
+            if self.epilogue == Epilogue::Gelu {
+                super::gelu::gelu_in_place(&mut out);
+            }
+            return Ok((CpuStorage::F32(out), shape));
         }
-        if self.epilogue == Epilogue::Gelu {
-            super::gelu::gelu_in_place(&mut out);
+        // Exact f32: blocks of pixels, each packed once; the bias (plus residual) and the GELU
+        // run on the block while it is in cache instead of as passes over the whole output.
+        let mut out = vec![0f32; total];
+        if hw == 0 || out_ch == 0 {
+            return Ok((CpuStorage::F32(out), shape));
         }
+        let chunks = hw.div_ceil(POINTWISE_COLS);
+        let tasks: Vec<usize> = (0..n * chunks).collect();
+        // Tasks write disjoint pixel columns of `out`; its address travels as an integer.
+        let out_addr = out.as_mut_ptr() as usize;
+        run_tasks_with(
+            tasks,
+            threads(),
+            || PackedB::zeroed(c, POINTWISE_COLS),
+            |packed, task| {
+                let (b, j0) = (task / chunks, (task % chunks) * POINTWISE_COLS);
+                let cols = POINTWISE_COLS.min(hw - j0);
+                packed.fill_columns_from_rows(&x[b * c * hw + j0..], hw, cols);
+                let base = b * out_ch * hw + j0;
+                let dst = (out_addr as *mut f32).wrapping_add(base);
+                // SAFETY: `dst` addresses pixels `j0..j0 + cols` of image `b`'s `out_ch x hw`
+                // output (row stride `hw`), which no other task touches; `weight` is
+                // `out_ch x c` and the packed block `c x cols`.
+                unsafe {
+                    for o in 0..out_ch {
+                        let row = std::slice::from_raw_parts_mut(dst.add(o * hw), cols);
+                        let bias = self.bias[o];
+                        match residual {
+                            Some(r) => {
+                                for (v, r) in row.iter_mut().zip(&r[base + o * hw..][..cols]) {
+                                    *v = r + bias;
+                                }
+                            }
+                            None => row.fill(bias),
+                        }
+                    }
+                    packed_unchecked(out_ch, self.weight, c, packed, 0..c, 0..cols, dst, hw, true);
+                    if self.epilogue == Epilogue::Gelu {
+                        for o in 0..out_ch {
+                            super::gelu::gelu_slice(std::slice::from_raw_parts_mut(
+                                dst.add(o * hw),
+                                cols,
+                            ));
+                        }
+                    }
+                }
+            },
+        );
         Ok((CpuStorage::F32(out), Shape::from((n, out_ch, h, w))))
     }
 }
