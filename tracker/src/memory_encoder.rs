@@ -104,11 +104,19 @@ struct FuserBlock {
     pointwise2: Pointwise,
     /// Layer scale `[1, C, 1, 1]`.
     scale: Tensor,
+    /// The layer scale on the host, for the fused CPU MLP.
+    host_scale: Vec<f32>,
 }
 
 impl FuserBlock {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let h = self.norm.forward(&self.depthwise.forward(x)?)?;
+        if let Some(y) =
+            self.pointwise1
+                .mlp_residual(&self.pointwise2, &h, x, Some(&self.host_scale))?
+        {
+            return Ok(y);
+        }
         let h = gelu(&self.pointwise1.forward(&h)?)?;
         let h = self.pointwise2.forward(&h)?.broadcast_mul(&self.scale)?;
         x + h
@@ -246,6 +254,7 @@ impl MemoryEncoder {
                 pointwise1: linear("pointwise_conv1", hidden, inter)?,
                 pointwise2: linear("pointwise_conv2", inter, hidden)?,
                 scale: l.get(hidden, "scale")?.reshape((1, hidden, 1, 1))?,
+                host_scale: l.get(hidden, "scale")?.to_dtype(DType::F32)?.to_vec1()?,
             });
         }
         let out_channels = cfg.memory_encoder_output_channels;
@@ -400,6 +409,72 @@ mod tests {
             diff <= 1e-5 * scale,
             "batch entry 1 differs alone by {diff} (max {scale})"
         );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod profile {
+    use candle_core::{Device, Tensor};
+
+    use crate::config::EdgeTamConfig;
+    use crate::model::EdgeTam;
+
+    /// Sub-stage wall times of the memory encoder + perceiver at 1024:
+    /// `cargo test --release -p edgetam-tracker --lib memory_encoder::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn sub_stages() -> crate::error::Result<()> {
+        let dev = Device::Cpu;
+        let model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let enc = &model.video.memory_encoder;
+        let s = model.config().image_size;
+        let e = s / 16;
+        let pix = Tensor::randn(0f32, 1.0, (1, 256, e, e), &dev)?;
+        let mask = Tensor::randn(0f32, 1.0, (1, 1, s, s), &dev)?;
+        let t = |name: &str, f: &mut dyn FnMut() -> crate::error::Result<Tensor>| {
+            let _ = f();
+            let mut v = Vec::new();
+            for _ in 0..5 {
+                let t0 = std::time::Instant::now();
+                let _ = f();
+                v.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            v.sort_by(|a, b| a.total_cmp(b));
+            println!("{name}: {:.1} ms", v[2]);
+        };
+        let mut x = mask.clone();
+        for (i, l) in enc.down.iter().enumerate() {
+            let c = l.conv.forward(&x)?;
+            t(&format!("down{i} conv"), &mut || Ok(l.conv.forward(&x)?));
+            let nrm = l.norm.forward(&c)?;
+            t(&format!("down{i} norm"), &mut || Ok(l.norm.forward(&c)?));
+            t(&format!("down{i} gelu"), &mut || Ok(super::gelu(&nrm)?));
+            x = super::gelu(&nrm)?;
+        }
+        t("final conv", &mut || Ok(enc.final_conv.forward(&x)?));
+        let mf = enc.downsample_mask(&mask)?;
+        t("downsample_mask", &mut || enc.downsample_mask(&mask));
+        let fp = enc.feature_projection.forward(&pix)?;
+        t("feature projection", &mut || Ok(enc.feature_projection.forward(&pix)?));
+        for (i, b) in enc.fuser.iter().enumerate() {
+            let d = b.depthwise.forward(&fp)?;
+            t(&format!("fuser{i} depthwise"), &mut || Ok(b.depthwise.forward(&fp)?));
+            let h = b.norm.forward(&d)?;
+            t(&format!("fuser{i} norm"), &mut || Ok(b.norm.forward(&d)?));
+            t(&format!("fuser{i} mlp"), &mut || {
+                Ok(b.pointwise1
+                    .mlp_residual(&b.pointwise2, &h, &fp, Some(&b.host_scale))?
+                    .unwrap_or(h.clone()))
+            });
+        }
+        let fused = enc.fuse(&pix, &mf)?;
+        t("fuse", &mut || enc.fuse(&pix, &mf));
+        let (feats, pos) = enc.project(&fused)?;
+        t("project", &mut || Ok(enc.project(&fused)?.0));
+        t("perceiver", &mut || {
+            Ok(model.video.spatial_perceiver.forward(&feats, &pos)?.0)
+        });
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
-//! RepViT's channel mixer `x + conv2(gelu(conv1(x)))` (two folded 1x1 convs, `c -> 2c -> c`) as
-//! one CPU pass over blocks of pixels.
+//! A 1x1-conv MLP with GELU and a residual, `r + s * conv2(gelu(conv1(x)))` (`c -> hid -> c`), as
+//! one CPU pass over blocks of pixels: RepViT's channel mixer (`r = x`, no scale) and the memory
+//! fuser's ConvNeXt MLP (`x` the normed features, `r` the block input, `s` the layer scale).
 //!
 //! Run as two fused 1x1 convs, the `2c x H x W` hidden activation (25 MiB per block at the
 //! 1024 input's first stage) goes to memory three times: written by the first product, read and
@@ -9,7 +10,7 @@
 //! output. Same products, same GELU (`gelu_slice`), same f32 accumulation; only the summation
 //! order inside the products can differ from the two-op path, which is float noise.
 
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
 
 use super::gelu::gelu_slice;
 use crate::gemm_f32::{packed_unchecked, PackedB};
@@ -18,12 +19,14 @@ use crate::kernels::{f32_slice, run_tasks_with, threads};
 /// Pixels per task: the hidden block (`2c x COLS`, 384 KiB at `c = 384`) stays in L2.
 const COLS: usize = 128;
 
-/// The op: `conv1` `[2c, c]` + bias, GELU, `conv2` `[c, 2c]` + bias, residual.
+/// The op: `conv1` `[hid, c]` + bias, GELU, `conv2` `[c, hid]` + bias, times an optional
+/// per-channel `scale`, plus the residual (the op's second input).
 pub(super) struct ChannelMixer<'a> {
     pub w1: &'a [f32],
     pub b1: &'a [f32],
     pub w2: &'a [f32],
     pub b2: &'a [f32],
+    pub scale: Option<&'a [f32]>,
 }
 
 /// Per-worker scratch.
@@ -31,21 +34,36 @@ struct Scratch {
     x: PackedB,
     hidden: Vec<f32>,
     h: PackedB,
+    /// `conv2`'s output block before the scale (only with a scale).
+    y: Vec<f32>,
 }
 
-impl CustomOp1 for ChannelMixer<'_> {
+impl CustomOp2 for ChannelMixer<'_> {
     fn name(&self) -> &'static str {
-        "repvit-channel-mixer"
+        "conv-mlp-residual"
     }
 
     fn cpu_fwd(
         &self,
         storage: &CpuStorage,
         layout: &Layout,
+        res_storage: &CpuStorage,
+        res_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, c, height, width) = layout.shape().dims4()?;
         let hid = self.b1.len();
-        if self.w1.len() != hid * c || self.w2.len() != c * hid || self.b2.len() != c {
+        if res_layout.shape() != layout.shape() {
+            candle_core::bail!(
+                "conv MLP: residual {:?} differs from the input {:?}",
+                res_layout.shape().dims(),
+                layout.shape().dims()
+            );
+        }
+        if self.w1.len() != hid * c
+            || self.w2.len() != c * hid
+            || self.b2.len() != c
+            || self.scale.is_some_and(|s| s.len() != c)
+        {
             candle_core::bail!(
                 "channel mixer: weights {}/{} and biases {}/{} do not fit {c} channels",
                 self.w1.len(),
@@ -54,7 +72,8 @@ impl CustomOp1 for ChannelMixer<'_> {
                 self.b2.len()
             );
         }
-        let x = f32_slice(storage, layout, "channel mixer input")?;
+        let x = f32_slice(storage, layout, "conv MLP input")?;
+        let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
         let hw = height * width;
         let mut out = vec![0f32; n * c * hw];
         let shape = Shape::from((n, c, height, width));
@@ -72,6 +91,7 @@ impl CustomOp1 for ChannelMixer<'_> {
                 x: PackedB::zeroed(c, COLS),
                 hidden: vec![0f32; hid * COLS],
                 h: PackedB::zeroed(hid, COLS),
+                y: vec![0f32; if self.scale.is_some() { c * COLS } else { 0 }],
             },
             |s, task| {
                 let (b, j0) = (task / chunks, (task % chunks) * COLS);
@@ -100,17 +120,46 @@ impl CustomOp1 for ChannelMixer<'_> {
                 gelu_slice(hidden);
                 s.h.fill_columns_from_rows(hidden, w, w);
                 let dst = (out_addr as *mut f32).wrapping_add(b * c * hw + j0);
+                let r = &res[b * c * hw..(b + 1) * c * hw];
                 // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `c x hw` output
                 // block (row stride `hw`), which no other task touches; `w2` is `c x hid` and
-                // the packed hidden block `hid x w`.
+                // the packed hidden block `hid x w`; `y` is `c x w`.
                 unsafe {
-                    for (o, &bias) in self.b2.iter().enumerate() {
-                        let row = std::slice::from_raw_parts_mut(dst.add(o * hw), w);
-                        for (v, r) in row.iter_mut().zip(&img[o * hw + j0..][..w]) {
-                            *v = r + bias;
+                    match self.scale {
+                        None => {
+                            for (o, &bias) in self.b2.iter().enumerate() {
+                                let row = std::slice::from_raw_parts_mut(dst.add(o * hw), w);
+                                for (v, r) in row.iter_mut().zip(&r[o * hw + j0..][..w]) {
+                                    *v = r + bias;
+                                }
+                            }
+                            packed_unchecked(c, self.w2, hid, &s.h, 0..hid, 0..w, dst, hw, true);
+                        }
+                        Some(scale) => {
+                            let y = &mut s.y[..c * w];
+                            for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
+                                row.fill(bias);
+                            }
+                            packed_unchecked(
+                                c,
+                                self.w2,
+                                hid,
+                                &s.h,
+                                0..hid,
+                                0..w,
+                                y.as_mut_ptr(),
+                                w,
+                                true,
+                            );
+                            for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
+                                let row = std::slice::from_raw_parts_mut(dst.add(o * hw), w);
+                                let rr = &r[o * hw + j0..][..w];
+                                for ((v, &yv), &rv) in row.iter_mut().zip(yr).zip(rr) {
+                                    *v = rv + yv * g;
+                                }
+                            }
                         }
                     }
-                    packed_unchecked(c, self.w2, hid, &s.h, 0..hid, 0..w, dst, hw, true);
                 }
             },
         );
@@ -145,6 +194,27 @@ mod tests {
             let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
             let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(err <= 1e-6 * scale.max(1.0), "{n}x{c}x{h}x{w}: {err}");
+
+            // The memory fuser's form: another residual, a layer scale, hidden width 4c.
+            let conv1 = Pointwise::new(
+                &Tensor::randn(0f32, 0.2, (4 * c, c, 1, 1), &dev)?,
+                &Tensor::randn(0f32, 0.5, 4 * c, &dev)?,
+            )?;
+            let conv2 = Pointwise::new(
+                &Tensor::randn(0f32, 0.2, (c, 4 * c, 1, 1), &dev)?,
+                &Tensor::randn(0f32, 0.5, c, &dev)?,
+            )?;
+            let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let g = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let host_g: Vec<f32> = g.to_vec1()?;
+            let y = conv2.forward(&crate::repvit::gelu(&conv1.forward(&x)?)?)?;
+            let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
+            let Some(got) = conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))? else {
+                panic!("the fused path applies to CPU f32");
+            };
+            let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(err <= 1e-6 * scale.max(1.0), "scaled {n}x{c}x{h}x{w}: {err}");
         }
         Ok(())
     }

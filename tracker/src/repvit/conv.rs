@@ -178,7 +178,19 @@ impl Pointwise {
         conv2: &Pointwise,
         x: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        if !fused_ok(x) || self.bf16.is_some() || conv2.bf16.is_some() {
+        self.mlp_residual(conv2, x, x, None)
+    }
+
+    /// `residual + scale * conv2(gelu(self(x)))` in one pass on CPU f32 inputs where both
+    /// convs run exact f32 (`scale` per output channel); `None` means: run the ops one by one.
+    pub(crate) fn mlp_residual(
+        &self,
+        conv2: &Pointwise,
+        x: &Tensor,
+        residual: &Tensor,
+        scale: Option<&[f32]>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        if !fused_ok(x) || !fused_ok(residual) || self.bf16.is_some() || conv2.bf16.is_some() {
             return Ok(None);
         }
         let op = super::channel_mixer::ChannelMixer {
@@ -186,8 +198,12 @@ impl Pointwise {
             b1: &self.host_bias,
             w2: &conv2.host_weight,
             b2: &conv2.host_bias,
+            scale,
         };
-        Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?))
+        Ok(Some(
+            x.contiguous()?
+                .apply_op2_no_bwd(&residual.contiguous()?, &op)?,
+        ))
     }
 }
 
