@@ -456,10 +456,14 @@ mod profile {
         let mf = enc.downsample_mask(&mask)?;
         t("downsample_mask", &mut || enc.downsample_mask(&mask));
         let fp = enc.feature_projection.forward(&pix)?;
-        t("feature projection", &mut || Ok(enc.feature_projection.forward(&pix)?));
+        t("feature projection", &mut || {
+            Ok(enc.feature_projection.forward(&pix)?)
+        });
         for (i, b) in enc.fuser.iter().enumerate() {
             let d = b.depthwise.forward(&fp)?;
-            t(&format!("fuser{i} depthwise"), &mut || Ok(b.depthwise.forward(&fp)?));
+            t(&format!("fuser{i} depthwise"), &mut || {
+                Ok(b.depthwise.forward(&fp)?)
+            });
             let h = b.norm.forward(&d)?;
             t(&format!("fuser{i} norm"), &mut || Ok(b.norm.forward(&d)?));
             t(&format!("fuser{i} mlp"), &mut || {

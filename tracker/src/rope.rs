@@ -19,6 +19,14 @@ pub struct AxialRope {
     cos: Tensor,
     sin: Tensor,
     grid: [usize; 2],
+    /// Host copies of the tables for the fused CPU op (CPU models only).
+    host: Option<std::sync::Arc<HostTables>>,
+}
+
+#[derive(Debug)]
+struct HostTables {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
 
 impl AxialRope {
@@ -53,10 +61,17 @@ impl AxialRope {
                 }
             }
         }
+        let host = device.is_cpu().then(|| {
+            std::sync::Arc::new(HostTables {
+                cos: cos.clone(),
+                sin: sin.clone(),
+            })
+        });
         Ok(Self {
             cos: Tensor::from_vec(cos, (len, head_dim), device)?,
             sin: Tensor::from_vec(sin, (len, head_dim), device)?,
             grid,
+            host,
         })
     }
 
@@ -97,8 +112,67 @@ impl AxialRope {
             );
         }
         let x = x.to_dtype(DType::F32)?;
+        if let (Some(host), true) = (&self.host, x.device().is_cpu()) {
+            return x.contiguous()?.apply_op1_no_bwd(&RotateOp { tables: host });
+        }
         x.broadcast_mul(&self.cos)?
             .broadcast_add(&rotate_pairwise(&x)?.broadcast_mul(&self.sin)?)
+    }
+}
+
+/// [`AxialRope::apply`] as one CPU pass (candle's path is six: two narrows, a negation, a
+/// concatenation, two broadcast products and a sum, each over the whole tensor). Per channel
+/// pair `(a, b)`: `(a * cos - ... )` written as the reference computes it, `a * cos + (-b) * sin`
+/// and `b * cos + a * sin`, each product rounded then summed (no fused multiply-add), so the
+/// result is bit-identical to the tensor-op path.
+struct RotateOp<'a> {
+    tables: &'a HostTables,
+}
+
+impl candle_core::CustomOp1 for RotateOp<'_> {
+    fn name(&self) -> &'static str {
+        "axial-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = crate::kernels::f32_slice(storage, layout, "RoPE input")?;
+        let table = self.tables.cos.len();
+        if table == 0 || !x.len().is_multiple_of(table) {
+            candle_core::bail!(
+                "RoPE tables of {table} values do not tile an input of {} values",
+                x.len()
+            );
+        }
+        // Tasks of at most 32 Ki values that divide the table (and keep channel pairs whole),
+        // so one grid's rows spread over the threads.
+        let mut chunk = table;
+        while chunk > 32 * 1024 && chunk.is_multiple_of(4) {
+            chunk /= 2;
+        }
+        let mut out = vec![0f32; x.len()];
+        let tasks: Vec<(usize, &mut [f32])> = out.chunks_mut(chunk).enumerate().collect();
+        crate::kernels::run_tasks(tasks, crate::kernels::threads(), |(i, o)| {
+            let start = i * chunk;
+            let src = &x[start..start + o.len()];
+            let t0 = start % table;
+            let cos = &self.tables.cos[t0..t0 + o.len()];
+            let sin = &self.tables.sin[t0..t0 + o.len()];
+            for (((o, x), c), s) in o
+                .chunks_exact_mut(2)
+                .zip(src.chunks_exact(2))
+                .zip(cos.chunks_exact(2))
+                .zip(sin.chunks_exact(2))
+            {
+                let (a, b) = (x[0], x[1]);
+                o[0] = a * c[0] + (-b) * s[0];
+                o[1] = b * c[1] + a * s[1];
+            }
+        });
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
     }
 }
 
@@ -117,4 +191,33 @@ pub fn rotate_pairwise(x: &Tensor) -> Result<Tensor> {
     let a = x.narrow(D::Minus1, 0, 1)?;
     let b = x.narrow(D::Minus1, 1, 1)?;
     Tensor::cat(&[&b.neg()?, &a], D::Minus1)?.reshape(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_cpu_rotation_is_bit_identical_to_the_tensor_ops() -> Result<()> {
+        let dev = Device::Cpu;
+        let rope = AxialRope::new(64, 10000.0, [16, 16], &dev)?;
+        for shape in [vec![2usize, 3, 256, 64], vec![256, 64], vec![1, 1, 256, 64]] {
+            let x = Tensor::randn(0f32, 1.0, shape.as_slice(), &dev)?;
+            let want = x
+                .broadcast_mul(rope.cos())?
+                .broadcast_add(&rotate_pairwise(&x)?.broadcast_mul(rope.sin())?)?;
+            let got = rope.apply(&x)?;
+            let diff = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0, "{shape:?}");
+        }
+        // A large grid: the rows split into several tasks.
+        let rope = AxialRope::new(256, 10000.0, [64, 64], &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (1, 1, 4096, 256), &dev)?;
+        let want = x
+            .broadcast_mul(rope.cos())?
+            .broadcast_add(&rotate_pairwise(&x)?.broadcast_mul(rope.sin())?)?;
+        let diff = (&rope.apply(&x)? - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert_eq!(diff, 0.0);
+        Ok(())
+    }
 }

@@ -214,7 +214,10 @@ mod tests {
             };
             let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
             let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
-            assert!(err <= 1e-6 * scale.max(1.0), "scaled {n}x{c}x{h}x{w}: {err}");
+            assert!(
+                err <= 1e-6 * scale.max(1.0),
+                "scaled {n}x{c}x{h}x{w}: {err}"
+            );
         }
         Ok(())
     }
