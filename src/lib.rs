@@ -7,4 +7,6 @@ pub use edgetam_tracker as tracker;
 pub mod draw;
 mod names;
 
+/// Keep freed activation buffers in the heap (glibc): see [`tracker::allocator`].
+pub use edgetam_tracker::allocator::keep_freed_memory;
 pub use names::natural_cmp;

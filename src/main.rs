@@ -341,6 +341,8 @@ fn print_check_header(fixtures: &Path, image_size: usize, model: &Path, device: 
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Reuse freed activation buffers instead of re-faulting them every frame.
+    edgetam::keep_freed_memory();
     let result = match cli.command {
         Command::Segment(args) => segment(args).map(|_| true),
         Command::Track(args) => track::track(args).map(|_| true),

@@ -5,6 +5,7 @@
 //! weights (see `tools/reference/` and the tests). Functions take the [`candle_core::Device`]
 //! their tensors live on, so the CPU and CUDA paths share this code.
 
+pub mod allocator;
 pub mod attention;
 pub mod attention_bf16;
 pub mod checks;

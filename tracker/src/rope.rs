@@ -216,7 +216,10 @@ mod tests {
         let want = x
             .broadcast_mul(rope.cos())?
             .broadcast_add(&rotate_pairwise(&x)?.broadcast_mul(rope.sin())?)?;
-        let diff = (&rope.apply(&x)? - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        let diff = (&rope.apply(&x)? - &want)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
         assert_eq!(diff, 0.0);
         Ok(())
     }

@@ -894,6 +894,8 @@ impl BaseTransformImpl for EdgeTamTrack {
     const TRANSFORM_IP_ON_PASSTHROUGH: bool = false;
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
+        // Reuse freed activation buffers instead of re-faulting them every frame (glibc).
+        edgetam_tracker::allocator::keep_freed_memory();
         let settings = self.settings();
         let mut state = self.load(&settings).map_err(|e| {
             let kind = match e {
