@@ -602,12 +602,17 @@ mod tests {
     #[test]
     #[ignore]
     fn bench() {
-        let (m, n, k) = (64, 256, 256);
+        for (m, n, k) in [(64, 256, 256), (96, 128, 48), (48, 128, 96), (384, 128, 192), (192, 128, 384), (768, 128, 384)] {
+            bench_shape(m, n, k);
+        }
+    }
+
+    fn bench_shape(m: usize, n: usize, k: usize) {
         let a = data(m * k, 1);
         let b = data(k * n, 2);
         let packed = PackedB::from_rows(&b, k, n, n);
         let mut c = vec![0f32; m * n];
-        let reps = 2000;
+        let reps = (2_000_000_000 / (m * n * k)).max(10);
         let t = std::time::Instant::now();
         for _ in 0..reps {
             gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, true);

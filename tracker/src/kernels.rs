@@ -44,9 +44,11 @@ pub(crate) fn run_tasks_with<T: Send, S>(
         run();
         return;
     }
-    std::thread::scope(|scope| {
+    // rayon's pool (the one candle's ops use, sized by `RAYON_NUM_THREADS`) keeps its threads:
+    // no thread start per call.
+    rayon::scope(|scope| {
         for _ in 1..workers {
-            scope.spawn(run);
+            scope.spawn(|_| run());
         }
         run();
     });

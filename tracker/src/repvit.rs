@@ -248,3 +248,63 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod profile {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    /// Wall time per op kind of the backbone at 1024 (2 threads: `RAYON_NUM_THREADS=2`):
+    /// `cargo test --release -p edgetam-tracker --lib repvit::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn op_kinds() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let net = RepVit::new(crate::weights::random_var_builder(0, &dev))?;
+        let x = Tensor::randn(0f32, 1.0, (1, 3, 1024, 1024), &dev)?;
+        let acc: std::cell::RefCell<std::collections::BTreeMap<&str, f64>> = Default::default();
+        let mut time = |name: &'static str, f: &mut dyn FnMut() -> candle_core::Result<Tensor>| {
+            let t0 = std::time::Instant::now();
+            let y = f();
+            *acc.borrow_mut().entry(name).or_default() += t0.elapsed().as_secs_f64() * 1e3;
+            y
+        };
+        for round in 0..3 {
+            let mut h = time("stem", &mut || {
+                net.stem[1].forward(&net.stem[0].forward_gelu(&x)?)
+            })?;
+            let block = |h: Tensor,
+                         b: &Block,
+                         time: &mut dyn FnMut(
+                &'static str,
+                &mut dyn FnMut() -> candle_core::Result<Tensor>,
+            ) -> candle_core::Result<Tensor>|
+             -> candle_core::Result<Tensor> {
+                let mut h = time("token mixer (depthwise)", &mut || b.token_mixer.forward(&h))?;
+                if let Some(se) = &b.se {
+                    h = time("squeeze-excite", &mut || se.forward(&h))?;
+                }
+                time("channel mixer", &mut || b.mlp.forward_residual(&h))
+            };
+            for stage in &net.stages {
+                if let Some(d) = &stage.downsample {
+                    h = block(h, &d.pre_block, &mut time)?;
+                    h = time("downsample depthwise", &mut || d.spatial.forward(&h))?;
+                    h = time("downsample 1x1", &mut || d.channel.forward(&h))?;
+                    h = time("channel mixer", &mut || d.ffn.forward_residual(&h))?;
+                }
+                for b in &stage.blocks {
+                    h = block(h, b, &mut time)?;
+                }
+            }
+            if round == 0 {
+                acc.borrow_mut().clear();
+            }
+        }
+        for (k, v) in acc.borrow().iter() {
+            println!("{k:28} {:7.1} ms", v / 2.0);
+        }
+        Ok(())
+    }
+}
