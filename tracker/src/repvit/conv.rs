@@ -443,7 +443,7 @@ struct DenseOp<'a> {
 }
 
 /// Output pixels per im2col chunk.
-const DENSE_CHUNK: usize = 2048;
+const DENSE_CHUNK: usize = 256;
 
 impl CustomOp1 for DenseOp<'_> {
     fn name(&self) -> &'static str {
