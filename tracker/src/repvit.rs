@@ -255,6 +255,9 @@ mod profile {
 
     use super::*;
 
+    type Op<'a> = &'a mut dyn FnMut() -> candle_core::Result<Tensor>;
+    type Timer<'a> = dyn FnMut(&'static str, Op) -> candle_core::Result<Tensor> + 'a;
+
     /// Wall time per op kind of the backbone at 1024 (2 threads: `RAYON_NUM_THREADS=2`):
     /// `cargo test --release -p edgetam-tracker --lib repvit::profile -- --ignored --nocapture`
     #[test]
@@ -274,13 +277,7 @@ mod profile {
             let mut h = time("stem", &mut || {
                 net.stem[1].forward(&net.stem[0].forward_gelu(&x)?)
             })?;
-            let block = |h: Tensor,
-                         b: &Block,
-                         time: &mut dyn FnMut(
-                &'static str,
-                &mut dyn FnMut() -> candle_core::Result<Tensor>,
-            ) -> candle_core::Result<Tensor>|
-             -> candle_core::Result<Tensor> {
+            let block = |h: Tensor, b: &Block, time: &mut Timer| -> candle_core::Result<Tensor> {
                 let mut h = time("token mixer (depthwise)", &mut || b.token_mixer.forward(&h))?;
                 if let Some(se) = &b.se {
                     h = time("squeeze-excite", &mut || se.forward(&h))?;
