@@ -12,7 +12,13 @@
 /// Tunes glibc's `malloc` as described in the module docs; process-wide, idempotent. Returns
 /// whether it applied (glibc on Linux only; elsewhere it does nothing). The `edgetam` CLI and
 /// the GStreamer element call it; library users opt in.
+///
+/// `EDGETAM_KEEP_FREED_MEMORY=0` in the environment turns it off (to compare, or where returning
+/// memory to the OS matters more than speed).
 pub fn keep_freed_memory() -> bool {
+    if std::env::var("EDGETAM_KEEP_FREED_MEMORY").is_ok_and(|v| v == "0") {
+        return false;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         /// glibc's upper bound for `M_MMAP_THRESHOLD` on 64-bit targets (`HEAP_MAX_SIZE / 2`).
