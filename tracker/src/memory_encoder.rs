@@ -133,6 +133,8 @@ pub struct MemoryEncoder {
     hidden: usize,
     out_channels: usize,
     total_stride: usize,
+    /// [`Self::position`]'s last grid and encoding.
+    position_cache: std::sync::Mutex<Option<((usize, usize), Tensor)>>,
 }
 
 /// Intermediate results of [`MemoryEncoder::forward_stages`], for stage checks.
@@ -266,6 +268,7 @@ impl MemoryEncoder {
             hidden,
             out_channels,
             total_stride: total,
+            position_cache: std::sync::Mutex::new(None),
         })
     }
 
@@ -287,8 +290,13 @@ impl MemoryEncoder {
     }
 
     /// Projection of the image features + downsampled mask, then the fuser: `[B, 256, e, e]`.
+    /// `pix_feat` may be one row for all `B` masks: it is projected once (the objects of a
+    /// frame share it) and broadcast.
     pub fn fuse(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
-        let mut x = (self.feature_projection.forward(pix_feat)? + mask_features)?;
+        let mut x = self
+            .feature_projection
+            .forward(pix_feat)?
+            .broadcast_add(mask_features)?;
         for block in &self.fuser {
             x = block.forward(&x)?;
         }
@@ -299,8 +307,7 @@ impl MemoryEncoder {
     pub fn project(&self, fused: &Tensor) -> Result<(Tensor, Tensor)> {
         let features = self.projection.forward(fused)?;
         let (b, _, h, w) = features.dims4()?;
-        let pos = sine_position_embedding(self.out_channels, h, w, features.device())?
-            .repeat((b, 1, 1, 1))?;
+        let pos = self.position(h, w, features.device())?.repeat((b, 1, 1, 1))?;
         Ok((features, pos))
     }
 
@@ -310,12 +317,14 @@ impl MemoryEncoder {
         pix_feat: &Tensor,
         mask_for_mem: &Tensor,
     ) -> Result<MemoryEncoderStages> {
-        let (b, c, h, w) = pix_feat.dims4().map_err(|_| {
+        let (pb, c, h, w) = pix_feat.dims4().map_err(|_| {
             Error::InvalidImage(format!("pix_feat must be NCHW, got {:?}", pix_feat.dims()))
         })?;
         let mask_dims = mask_for_mem.dims();
+        // One row of image features may serve a batch of masks (the objects of one frame).
+        let b = mask_dims.first().copied().unwrap_or(0);
         let expected = [b, 1, h * self.total_stride, w * self.total_stride];
-        if c != self.hidden || mask_dims != expected {
+        if c != self.hidden || mask_dims != expected || (pb != b && pb != 1) {
             return Err(Error::InvalidImage(format!(
                 "memory encoder needs pix_feat [B, {}, e, e] and mask [B, 1, {}e, {}e]: got {:?} \
                  and {mask_dims:?}",
@@ -334,6 +343,23 @@ impl MemoryEncoder {
             features,
             pos,
         })
+    }
+
+    /// The sine position encoding of an `h x w` memory grid `[1, C, h, w]`, computed once (the
+    /// grid is the model's, so every frame asks for the same one).
+    fn position(&self, h: usize, w: usize, device: &candle_core::Device) -> Result<Tensor> {
+        let mut cache = self
+            .position_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((size, pos)) = cache.as_ref() {
+            if *size == (h, w) && pos.device().same_device(device) {
+                return Ok(pos.clone());
+            }
+        }
+        let pos = sine_position_embedding(self.out_channels, h, w, device)?;
+        *cache = Some(((h, w), pos.clone()));
+        Ok(pos)
     }
 
     /// Output channels of the memory (64).

@@ -247,9 +247,9 @@ impl EdgeTam {
     ) -> Result<(Tensor, Tensor)> {
         let b = inputs.dim(0)?;
         let level2 = image.level2()?;
-        let (_, c, h, w) = level2.dims4()?;
-        let pix = level2.broadcast_as((b, c, h, w))?.contiguous()?;
-        let (mut feats, pos) = self.video.memory_encoder.forward(&pix, inputs)?;
+        let (_, _, h, w) = level2.dims4()?;
+        // One row of frame features for every object: the encoder projects it once.
+        let (mut feats, pos) = self.video.memory_encoder.forward(level2, inputs)?;
         if let Some(occ) = &self.video.occlusion_embedding {
             let absent: Vec<f32> = scores.map(|s| if s > 0.0 { 0.0 } else { 1.0 }).collect();
             let absent = Tensor::from_vec(absent, (b, 1, 1, 1), self.device())?;
