@@ -13,7 +13,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use crate::gemm_f32::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
 use crate::repvit::gelu::exp_neg;
 
 /// Query rows per task: a task is one (batch * head, query tile).
@@ -126,37 +126,16 @@ impl CustomOp3 for FusedAttention {
             (keys.join(), values)
         });
         let keys = keys.map_err(|_| candle_core::Error::Msg("attention: packing failed".into()))?;
-        let workers = threads().min(tasks.len()).max(1);
-        let queue = std::sync::Mutex::new(tasks.into_iter());
-        let run = || {
-            let mut scores = vec![0f32; TILE_Q * TILE_K];
-            let mut stats = vec![0f32; 2 * TILE_Q];
-            loop {
-                // A poisoned lock means another worker panicked; stop taking work.
-                let next = match queue.lock() {
-                    Ok(mut it) => it.next(),
-                    Err(_) => None,
-                };
-                let Some((bh, q0, tile)) = next else { break };
+        run_tasks_with(
+            tasks,
+            threads(),
+            || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]),
+            |(scores, stats), (bh, q0, tile)| {
                 let rows = tile.len() / d;
                 let qt = &q[(bh * lq + q0) * d..][..rows * d];
-                attend_tile(
-                    qt,
-                    &keys[bh],
-                    &values[bh],
-                    tile,
-                    &mut scores,
-                    &mut stats,
-                    dims,
-                );
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..workers {
-                scope.spawn(run);
-            }
-            run();
-        });
+                attend_tile(qt, &keys[bh], &values[bh], tile, scores, stats, dims);
+            },
+        );
         Ok((CpuStorage::F32(out), shape))
     }
 }

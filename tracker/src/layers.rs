@@ -207,9 +207,8 @@ impl CustomOp3 for NormOp {
             );
         }
         let inner: usize = dims[self.dim + 1..].iter().product();
-        let mut out = vec![0f32; x.len()];
         if inner == 0 || x.is_empty() {
-            return Ok((CpuStorage::F32(out), l1.shape().clone()));
+            return Ok((CpuStorage::F32(vec![0f32; x.len()]), l1.shape().clone()));
         }
         let threads = threads();
         // Below ~32K elements per thread, spawning costs more than it saves.
@@ -217,13 +216,10 @@ impl CustomOp3 for NormOp {
         if inner == 1 {
             let rows = x.len() / channels;
             let per = rows.div_ceil(threads).max(GRAIN.div_ceil(channels)) * channels;
-            std::thread::scope(|scope| {
-                for (o, i) in out.chunks_mut(per).zip(x.chunks(per)) {
-                    scope.spawn(move || {
-                        for (o, i) in o.chunks_mut(channels).zip(i.chunks(channels)) {
-                            self.row(i, o, w, b);
-                        }
-                    });
+            let out = crate::kernels::output_in_chunks(x.len(), per, |t, o| {
+                let i = &x[t * per..][..o.len()];
+                for (o, i) in o.chunks_mut(channels).zip(i.chunks(channels)) {
+                    self.row(i, o, w, b);
                 }
             });
             return Ok((CpuStorage::F32(out), l1.shape().clone()));
@@ -265,25 +261,21 @@ impl CustomOp3 for NormOp {
             .div_ceil(threads)
             .max(GRAIN.div_ceil(inner));
         let (mean, den) = (&mean, &den);
-        std::thread::scope(|scope| {
-            for (t, o) in out.chunks_mut(rows_per * inner).enumerate() {
-                scope.spawn(move || {
-                    for (k, o) in o.chunks_mut(inner).enumerate() {
-                        let r = t * rows_per + k;
-                        let (s, c) = (r / channels, r % channels);
-                        let src = &x[r * inner..(r + 1) * inner];
-                        let stats = s * inner..(s + 1) * inner;
-                        let (wc, bc) = (w[c], b[c]);
-                        for (((o, &v), &m), &d) in o
-                            .iter_mut()
-                            .zip(src)
-                            .zip(&mean[stats.clone()])
-                            .zip(&den[stats])
-                        {
-                            *o = (v - m) / d * wc + bc;
-                        }
-                    }
-                });
+        let out = crate::kernels::output_in_chunks(x.len(), rows_per * inner, |t, o| {
+            for (k, o) in o.chunks_mut(inner).enumerate() {
+                let r = t * rows_per + k;
+                let (s, c) = (r / channels, r % channels);
+                let src = &x[r * inner..(r + 1) * inner];
+                let stats = s * inner..(s + 1) * inner;
+                let (wc, bc) = (w[c], b[c]);
+                for (((o, &v), &m), &d) in o
+                    .iter_mut()
+                    .zip(src)
+                    .zip(&mean[stats.clone()])
+                    .zip(&den[stats])
+                {
+                    *o = (v - m) / d * wc + bc;
+                }
             }
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
@@ -477,9 +469,7 @@ impl HeadProjections {
     /// `[N, L, heads * head_dim]` -> contiguous `[N, heads, L, head_dim]`.
     pub fn split_heads(&self, x: &Tensor) -> Result<Tensor> {
         let (n, l, _) = x.dims3()?;
-        x.reshape((n, l, self.num_heads, self.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()
+        crate::kernels::swap_axes_1_2(&x.reshape((n, l, self.num_heads, self.head_dim))?)
     }
 
     /// `softmax(q k^T * scale) v`, heads merged, output projection: `[N, Lq, q_in]`.
@@ -492,10 +482,11 @@ impl HeadProjections {
         } else {
             crate::attention::scaled_dot_product(q, k, v, self.scaling)?
         }; // [N, heads, Lq, head_dim]
-        let out =
-            out.transpose(1, 2)?
-                .contiguous()?
-                .reshape((n, lq, self.num_heads * self.head_dim))?;
+        let out = crate::kernels::swap_axes_1_2(&out)?.reshape((
+            n,
+            lq,
+            self.num_heads * self.head_dim,
+        ))?;
         self.o_proj.forward(&out)
     }
 }

@@ -11,7 +11,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use candle_nn::Linear;
 
 use crate::gemm_f32::{avx512, gemm_packed, PackedB};
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, output_in_chunks, output_in_chunks_with};
 
 /// Rows per task: a task sweeps the whole packed weight once.
 const ROWS_PER_TASK: usize = 128;
@@ -70,14 +70,10 @@ impl CustomOp1 for PackedLinear {
         if let Some(last) = out_dims.last_mut() {
             *last = outputs;
         }
-        let mut out = vec![0f32; rows * outputs];
+        let mut out = Vec::new();
         if rows > 0 && outputs > 0 {
-            let tasks: Vec<(usize, &mut [f32])> = out
-                .chunks_mut(ROWS_PER_TASK * outputs)
-                .enumerate()
-                .map(|(t, o)| (t * ROWS_PER_TASK, o))
-                .collect();
-            crate::kernels::run_tasks(tasks, threads(), |(r0, o)| {
+            out = output_in_chunks(rows * outputs, ROWS_PER_TASK * outputs, |t, o| {
+                let r0 = t * ROWS_PER_TASK;
                 let n = o.len() / outputs;
                 for row in o.chunks_mut(outputs) {
                     row.copy_from_slice(&self.bias);
@@ -142,18 +138,14 @@ impl CustomOp1 for FusedReluMlp<'_> {
         if let Some(last) = out_dims.last_mut() {
             *last = outputs;
         }
-        let mut out = vec![0f32; rows * outputs];
+        let mut out = Vec::new();
         if rows > 0 && outputs > 0 {
-            let tasks: Vec<(usize, &mut [f32])> = out
-                .chunks_mut(MLP_ROWS_PER_TASK * outputs)
-                .enumerate()
-                .map(|(t, o)| (t * MLP_ROWS_PER_TASK, o))
-                .collect();
-            crate::kernels::run_tasks_with(
-                tasks,
-                threads(),
+            out = output_in_chunks_with(
+                rows * outputs,
+                MLP_ROWS_PER_TASK * outputs,
                 || vec![0f32; MLP_ROWS_PER_TASK * hidden],
-                |h, (r0, o)| {
+                |h, t, o| {
+                    let r0 = t * MLP_ROWS_PER_TASK;
                     let n = o.len() / outputs;
                     let h = &mut h[..n * hidden];
                     for row in h.chunks_mut(hidden) {

@@ -339,3 +339,41 @@ fn expand_rows(t: &Tensor, b: usize, p: usize, inner: &[usize], what: &str) -> R
         ))),
     }
 }
+
+#[cfg(test)]
+mod profile {
+    use candle_core::{Device, Tensor};
+
+    use crate::config::EdgeTamConfig;
+    use crate::model::EdgeTam;
+
+    /// Wall time of one decoder call at 1024 (one object, no prompt: a tracked frame), for
+    /// `perf record`:
+    /// `cargo test --release -p edgetam-tracker --lib mask_decoder::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn tracked_frame_call() -> crate::error::Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let e = model.config().image_size / 16;
+        let r = |d: &[usize]| Tensor::randn(0f32, 1.0, d, &dev);
+        let (embed, pe, dense) = (
+            r(&[1, 256, e, e])?,
+            r(&[1, 256, e, e])?,
+            r(&[1, 256, e, e])?,
+        );
+        let sparse = r(&[1, 1, 2, 256])?;
+        let (s0, s1) = (r(&[1, 32, 4 * e, 4 * e])?, r(&[1, 64, 2 * e, 2 * e])?);
+        let dec = model.mask_decoder();
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let t0 = std::time::Instant::now();
+            dec.forward(&embed, &pe, &sparse, &dense, false, &s0, &s1)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        println!("mask decoder: median {:.1} ms", times[10]);
+        Ok(())
+    }
+}

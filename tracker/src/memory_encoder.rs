@@ -307,7 +307,9 @@ impl MemoryEncoder {
     pub fn project(&self, fused: &Tensor) -> Result<(Tensor, Tensor)> {
         let features = self.projection.forward(fused)?;
         let (b, _, h, w) = features.dims4()?;
-        let pos = self.position(h, w, features.device())?.repeat((b, 1, 1, 1))?;
+        let pos = self
+            .position(h, w, features.device())?
+            .repeat((b, 1, 1, 1))?;
         Ok((features, pos))
     }
 

@@ -153,9 +153,7 @@ impl candle_core::CustomOp1 for RotateOp<'_> {
         while chunk > 32 * 1024 && chunk.is_multiple_of(4) {
             chunk /= 2;
         }
-        let mut out = vec![0f32; x.len()];
-        let tasks: Vec<(usize, &mut [f32])> = out.chunks_mut(chunk).enumerate().collect();
-        crate::kernels::run_tasks(tasks, crate::kernels::threads(), |(i, o)| {
+        let out = crate::kernels::output_in_chunks(x.len(), chunk, |i, o| {
             let start = i * chunk;
             let src = &x[start..start + o.len()];
             let t0 = start % table;

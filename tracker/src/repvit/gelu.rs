@@ -124,17 +124,11 @@ impl CustomOp1 for Gelu {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let data = f32_slice(storage, layout, "gelu input")?;
-        let mut out = vec![0f32; data.len()];
-        let threads = threads();
         // Small tensors are not worth a thread.
-        let per = data.len().div_ceil(threads).max(1 << 14);
-        std::thread::scope(|scope| {
-            for (o, i) in out.chunks_mut(per).zip(data.chunks(per)) {
-                scope.spawn(move || {
-                    o.copy_from_slice(i);
-                    gelu_slice(o);
-                });
-            }
+        let per = data.len().div_ceil(threads()).max(1 << 14);
+        let out = crate::kernels::output_in_chunks(data.len(), per, |t, o| {
+            o.copy_from_slice(&data[t * per..][..o.len()]);
+            gelu_slice(o);
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
