@@ -540,3 +540,79 @@ mod tests {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod profile {
+    use super::*;
+    use candle_core::Device;
+
+    /// Wall time per part of one object's memory attention at 1024 (7 memories, 16 pointers):
+    /// `cargo test --release -p edgetam-tracker --lib memory_attention::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn parts() -> Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let cfg = EdgeTamConfig::default();
+        let vb = crate::weights::random_var_builder(7, &dev);
+        let att = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        let (hw, c) = (att.query_rope.len(), att.hidden);
+        let (n_mem, n_ptr) = (7, 16);
+        let m = n_mem * 512 + n_ptr * 4;
+        let x = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let pos = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let memory = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let memory_pos = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let layout = KeyLayout {
+            num_excluded: n_ptr * 4,
+            num_memories: n_mem,
+        };
+        let rope = (&att.query_rope, &att.key_rope);
+        let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
+        for round in 0..4 {
+            let mut t = |name: &'static str, f: &mut dyn FnMut() -> Result<Tensor>| -> Result<Tensor> {
+                let t0 = std::time::Instant::now();
+                let y = f()?;
+                if round > 0 {
+                    *acc.entry(name).or_default() += t0.elapsed().as_secs_f64() * 1e3 / 3.0;
+                }
+                Ok(y)
+            };
+            let total = std::time::Instant::now();
+            let mut h = t("input + pos", &mut || Ok((&x + (&pos * 0.1)?)?))?;
+            let key = t("memory + pos", &mut || Ok((&memory + &memory_pos)?))?;
+            for l in &att.layers {
+                let q = t("layer norm", &mut || Ok(l.layer_norm1.forward(&h)?))?;
+                let p = &l.self_attn.proj;
+                let qq = t("q/k/v projections", &mut || Ok(p.queries(&q)?))?;
+                let qq = t("rope", &mut || Ok(att.query_rope.apply(&qq)?))?;
+                let kk = t("q/k/v projections", &mut || Ok(p.keys(&q)?))?;
+                let kk = t("rope", &mut || Ok(att.query_rope.apply(&kk)?))?;
+                let vv = t("q/k/v projections", &mut || Ok(p.values(&q)?))?;
+                let o = t("attention + out proj", &mut || Ok(p.attend(&qq, &kk, &vv)?))?;
+                h = t("residual add", &mut || Ok((&h + &o)?))?;
+                let q = t("layer norm", &mut || Ok(l.layer_norm2.forward(&h)?))?;
+                let p = &l.cross_attn_image.proj;
+                let qq = t("q/k/v projections", &mut || Ok(p.queries(&q)?))?;
+                let qq = t("rope", &mut || Ok(att.query_rope.apply(&qq)?))?;
+                let kk = t("memory k/v + rope", &mut || {
+                    rotate_memory_keys(&p.keys(&key)?, rope.1, layout)
+                })?;
+                let vv = t("memory k/v + rope", &mut || Ok(p.values(&memory)?))?;
+                let o = t("attention + out proj", &mut || Ok(p.attend(&qq, &kk, &vv)?))?;
+                h = t("residual add", &mut || Ok((&h + &o)?))?;
+                let q = t("layer norm", &mut || Ok(l.layer_norm3.forward(&h)?))?;
+                let o = t("mlp", &mut || Ok(l.mlp.forward(&q)?))?;
+                h = t("residual add", &mut || Ok((&h + &o)?))?;
+            }
+            t("layer norm", &mut || Ok(att.layer_norm.forward(&h)?))?;
+            if round > 0 {
+                *acc.entry("(total)").or_default() += total.elapsed().as_secs_f64() * 1e3 / 3.0;
+            }
+        }
+        for (k, v) in &acc {
+            println!("{k:24} {v:7.1} ms");
+        }
+        Ok(())
+    }
+}
