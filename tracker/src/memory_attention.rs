@@ -570,14 +570,15 @@ mod profile {
         let rope = (&att.query_rope, &att.key_rope);
         let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
         for round in 0..4 {
-            let mut t = |name: &'static str, f: &mut dyn FnMut() -> Result<Tensor>| -> Result<Tensor> {
-                let t0 = std::time::Instant::now();
-                let y = f()?;
-                if round > 0 {
-                    *acc.entry(name).or_default() += t0.elapsed().as_secs_f64() * 1e3 / 3.0;
-                }
-                Ok(y)
-            };
+            let mut t =
+                |name: &'static str, f: &mut dyn FnMut() -> Result<Tensor>| -> Result<Tensor> {
+                    let t0 = std::time::Instant::now();
+                    let y = f()?;
+                    if round > 0 {
+                        *acc.entry(name).or_default() += t0.elapsed().as_secs_f64() * 1e3 / 3.0;
+                    }
+                    Ok(y)
+                };
             let total = std::time::Instant::now();
             let mut h = t("input + pos", &mut || Ok((&x + (&pos * 0.1)?)?))?;
             let key = t("memory + pos", &mut || Ok((&memory + &memory_pos)?))?;
