@@ -242,35 +242,26 @@ pub fn gemm_rows(
         "gemm_rows: an operand is too short"
     );
     if !avx512() || k == 0 {
+        let parallelism = if workers > 1 {
+            gemm::Parallelism::Rayon(workers)
+        } else {
+            gemm::Parallelism::None
+        };
         // SAFETY: row-major `m x k`, `k x n` and `m x n` operands with the asserted lengths;
         // `c` aliases neither input.
         unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                ldc as isize,
-                accumulate,
+            crate_gemm(
+                (m, n, k),
                 a.as_ptr(),
-                1,
-                lda as isize,
+                lda,
                 b.as_ptr(),
-                1,
-                ldb as isize,
-                if accumulate { 1.0f32 } else { 0.0 },
-                1.0f32,
-                false,
-                false,
-                false,
-                if workers > 1 {
-                    gemm::Parallelism::Rayon(workers)
-                } else {
-                    gemm::Parallelism::None
-                },
-            );
-        }
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+                accumulate,
+                parallelism,
+            )
+        };
         return;
     }
     let chunks = n.div_ceil(NC);
@@ -353,28 +344,62 @@ unsafe fn portable(
         // SAFETY: `a` is `m x k` with row stride `lda`, the panel `k x w` with row stride NR, `c`
         // `m x w` at column `j0` with row stride `ldc`; the caller bounds them.
         unsafe {
-            gemm::gemm(
-                m,
-                w,
-                k,
-                c.add(j0),
-                1,
-                ldc as isize,
-                accumulate,
+            crate_gemm(
+                (m, w, k),
                 a.as_ptr(),
-                1,
-                lda as isize,
+                lda,
                 panel.as_ptr(),
-                1,
-                NR as isize,
-                if accumulate { 1.0f32 } else { 0.0 },
-                1.0f32,
-                false,
-                false,
-                false,
+                NR,
+                c.add(j0),
+                ldc,
+                accumulate,
                 gemm::Parallelism::None,
-            );
-        }
+            )
+        };
+    }
+}
+
+/// `C (+)= A B` through the `gemm` crate for row-major operands (row strides `lda`, `ldb`,
+/// `ldc`): the path for CPUs without AVX-512F.
+///
+/// # Safety
+/// `a` addresses `m x k`, `b` `k x n` and `c` `m x n` floats at those strides; `c` aliases
+/// neither input.
+#[allow(clippy::too_many_arguments)]
+unsafe fn crate_gemm(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            ldc as isize,
+            accumulate,
+            a,
+            1,
+            lda as isize,
+            b,
+            1,
+            ldb as isize,
+            if accumulate { 1.0f32 } else { 0.0 },
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
     }
 }
 
@@ -581,6 +606,25 @@ mod tests {
         assert!(err < 1e-4, "{err}");
     }
 
+    /// The path of CPUs without AVX-512F, run here whatever the CPU.
+    #[test]
+    fn portable_path_matches_naive() {
+        let (m, n, k) = (9, 70, 300);
+        let a = data(m * k, 7);
+        let b = data(k * n, 8);
+        let want = naive(m, n, k, &a, &b);
+        let packed = PackedB::from_rows(&b, k, n, n);
+        let mut c = vec![0f32; m * n];
+        // SAFETY: `a` is `m x k`, `c` `m x n` (row stride n), the ranges are B's own.
+        unsafe { portable(m, &a, k, &packed, 0..k, 0..n, c.as_mut_ptr(), n, false) };
+        let err = c
+            .iter()
+            .zip(&want)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(err < 1e-4 * (k as f32).sqrt(), "{err}");
+    }
+
     #[test]
     fn row_major_b_in_chunks_on_threads() {
         for &(m, n, k, workers) in &[(5, 300, 40, 2), (9, 513, 300, 3), (16, 31, 1, 1)] {
@@ -629,28 +673,18 @@ mod tests {
         for _ in 0..reps {
             // SAFETY: row-major m x k, k x n, m x n buffers of exactly these sizes.
             unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    c.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    true,
+                crate_gemm(
+                    (m, n, k),
                     a.as_ptr(),
-                    1,
-                    k as isize,
+                    k,
                     b.as_ptr(),
-                    1,
-                    n as isize,
-                    1.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
+                    n,
+                    c.as_mut_ptr(),
+                    n,
+                    true,
                     gemm::Parallelism::None,
-                );
-            }
+                )
+            };
         }
         let theirs = t.elapsed().as_secs_f64();
         let flop = 2.0 * (m * n * k * reps) as f64;

@@ -174,19 +174,24 @@ mod tests {
 
     use super::super::conv::Pointwise;
 
+    /// Random `c -> hid -> c` 1x1 convs.
+    pub(super) fn random_mlp(c: usize, hid: usize) -> candle_core::Result<(Pointwise, Pointwise)> {
+        let dev = Device::Cpu;
+        let conv = |o: usize, i: usize| {
+            Pointwise::new(
+                &Tensor::randn(0f32, 0.2, (o, i, 1, 1), &dev)?,
+                &Tensor::randn(0f32, 0.5, o, &dev)?,
+            )
+        };
+        Ok((conv(hid, c)?, conv(c, hid)?))
+    }
+
     #[test]
     fn matches_the_two_convs() -> candle_core::Result<()> {
         let dev = Device::Cpu;
         // Odd sizes: a last block narrower than COLS, a batch of 2, widths not multiples of 8.
         for (n, c, h, w) in [(1usize, 48usize, 20usize, 13usize), (2, 12, 7, 40)] {
-            let conv1 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (2 * c, c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, 2 * c, &dev)?,
-            )?;
-            let conv2 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (c, 2 * c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, c, &dev)?,
-            )?;
+            let (conv1, conv2) = random_mlp(c, 2 * c)?;
             let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
             let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
             let Some(got) = conv1.channel_mixer(&conv2, &x)? else {
@@ -197,14 +202,7 @@ mod tests {
             assert!(err <= 1e-6 * scale.max(1.0), "{n}x{c}x{h}x{w}: {err}");
 
             // The memory fuser's form: another residual, a layer scale, hidden width 4c.
-            let conv1 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (4 * c, c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, 4 * c, &dev)?,
-            )?;
-            let conv2 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (c, 4 * c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, c, &dev)?,
-            )?;
+            let (conv1, conv2) = random_mlp(c, 4 * c)?;
             let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
             let g = Tensor::randn(0f32, 1.0, c, &dev)?;
             let host_g: Vec<f32> = g.to_vec1()?;
@@ -228,8 +226,6 @@ mod tests {
 mod speed {
     use candle_core::{Device, Tensor};
 
-    use super::super::conv::Pointwise;
-
     /// GFLOP/s of the fused mixer at RepViT-M1's four stage shapes (1024 input):
     /// `cargo test --release -p edgetam-tracker --lib channel_mixer::speed -- --ignored --nocapture`
     #[test]
@@ -238,14 +234,7 @@ mod speed {
         crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
         for (c, side) in [(48usize, 256usize), (96, 128), (192, 64), (384, 32)] {
-            let conv1 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (2 * c, c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, 2 * c, &dev)?,
-            )?;
-            let conv2 = Pointwise::new(
-                &Tensor::randn(0f32, 0.2, (c, 2 * c, 1, 1), &dev)?,
-                &Tensor::randn(0f32, 0.5, c, &dev)?,
-            )?;
+            let (conv1, conv2) = super::tests::random_mlp(c, 2 * c)?;
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let reps = 10;
             let _ = conv1.channel_mixer(&conv2, &x)?;
