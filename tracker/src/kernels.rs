@@ -90,6 +90,28 @@ pub(crate) fn output_in_chunks_with<S>(
     out
 }
 
+/// Rows and output shape of a layer applied to the last axis (`[.., inputs]` ->
+/// `[.., outputs]`), or an error naming `what` when the input does not end in `inputs`.
+pub(crate) fn last_axis_map(
+    layout: &Layout,
+    inputs: usize,
+    outputs: usize,
+    what: &str,
+) -> Result<(usize, Shape)> {
+    let dims = layout.shape().dims();
+    if dims.last() != Some(&inputs) {
+        candle_core::bail!("{what}: input {dims:?} does not end in {inputs} channels");
+    }
+    let mut out_dims = dims.to_vec();
+    if let Some(last) = out_dims.last_mut() {
+        *last = outputs;
+    }
+    Ok((
+        layout.shape().elem_count() / inputs.max(1),
+        Shape::from(out_dims),
+    ))
+}
+
 /// Contiguous f32 slice of a storage, or an error naming `what` (shared by every custom op).
 pub(crate) fn f32_slice<'a>(
     storage: &'a CpuStorage,

@@ -12,7 +12,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use candle_nn::Linear;
 
 use crate::attention_bf16::supported;
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, last_axis_map, threads};
 use crate::linear_f32::PackedLinear;
 
 /// Rows per task.
@@ -74,18 +74,7 @@ impl CustomOp1 for Bf16Linear {
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = f32_slice(storage, layout, "linear input")?;
-        let dims = layout.shape().dims();
-        if dims.last() != Some(&self.inputs) {
-            candle_core::bail!(
-                "bf16 linear: input {dims:?} does not end in {} channels",
-                self.inputs
-            );
-        }
-        let rows = x.len() / self.inputs;
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = self.outputs;
-        }
+        let (rows, out_shape) = last_axis_map(layout, self.inputs, self.outputs, "bf16 linear")?;
         let mut out = vec![0f32; rows * self.outputs];
         if rows > 0 {
             let tasks: Vec<(usize, &mut [f32])> = out
@@ -122,7 +111,7 @@ impl CustomOp1 for Bf16Linear {
                 run();
             });
         }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        Ok((CpuStorage::F32(out), out_shape))
     }
 }
 

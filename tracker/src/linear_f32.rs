@@ -11,7 +11,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use candle_nn::Linear;
 
 use crate::gemm_f32::{avx512, gemm_packed, PackedB};
-use crate::kernels::{f32_slice, output_in_chunks, output_in_chunks_with};
+use crate::kernels::{f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with};
 
 /// Rows per task: a task sweeps the whole packed weight once.
 const ROWS_PER_TASK: usize = 128;
@@ -61,15 +61,7 @@ impl CustomOp1 for PackedLinear {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = f32_slice(storage, layout, "linear input")?;
         let (inputs, outputs) = (self.weight.k(), self.weight.n());
-        let dims = layout.shape().dims();
-        if dims.last() != Some(&inputs) {
-            candle_core::bail!("linear: input {dims:?} does not end in {inputs} channels");
-        }
-        let rows = x.len() / inputs.max(1);
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = outputs;
-        }
+        let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "linear")?;
         let mut out = Vec::new();
         if rows > 0 && outputs > 0 {
             out = output_in_chunks(rows * outputs, ROWS_PER_TASK * outputs, |t, o| {
@@ -92,7 +84,7 @@ impl CustomOp1 for PackedLinear {
                 );
             });
         }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        Ok((CpuStorage::F32(out), out_shape))
     }
 }
 
@@ -126,18 +118,13 @@ impl CustomOp1 for FusedReluMlp<'_> {
         let x = f32_slice(storage, layout, "MLP input")?;
         let (inputs, hidden) = (self.up.weight.k(), self.up.weight.n());
         let outputs = self.down.weight.n();
-        let dims = layout.shape().dims();
-        if dims.last() != Some(&inputs) || self.down.weight.k() != hidden {
+        if self.down.weight.k() != hidden {
             candle_core::bail!(
-                "MLP: input {dims:?}, layers {inputs}->{hidden} and {}->{outputs}",
+                "MLP: layers {inputs}->{hidden} and {}->{outputs}",
                 self.down.weight.k()
             );
         }
-        let rows = x.len() / inputs.max(1);
-        let mut out_dims = dims.to_vec();
-        if let Some(last) = out_dims.last_mut() {
-            *last = outputs;
-        }
+        let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "MLP")?;
         let mut out = Vec::new();
         if rows > 0 && outputs > 0 {
             out = output_in_chunks_with(
@@ -181,7 +168,7 @@ impl CustomOp1 for FusedReluMlp<'_> {
                 },
             );
         }
-        Ok((CpuStorage::F32(out), Shape::from(out_dims)))
+        Ok((CpuStorage::F32(out), out_shape))
     }
 }
 
