@@ -365,13 +365,17 @@ mod tests {
     #[test]
     #[ignore]
     fn bench() -> Result<()> {
-        let shapes = [("self 4096x4096", 4096usize), ("cross 4096x3648", 3648)];
-        for (name, lk) in shapes {
-            let q = tensor((1, 1, 4096, 256), 1, 1.0)?;
-            let k = tensor((1, 1, lk, 256), 2, 1.0)?;
-            let v = tensor((1, 1, lk, 256), 3, 1.0)?;
+        let shapes = [
+            ("self 4096x4096", 4096usize, 4096usize, 256usize),
+            ("cross 4096x3648", 4096, 3648, 256),
+            ("perceiver 256x4096, d 64", 256, 4096, 64),
+        ];
+        for (name, lq, lk, d) in shapes {
+            let q = tensor((1, 1, lq, d), 1, 1.0)?;
+            let k = tensor((1, 1, lk, d), 2, 1.0)?;
+            let v = tensor((1, 1, lk, d), 3, 1.0)?;
             let (mut old, mut new) = (Vec::new(), Vec::new());
-            for _ in 0..5 {
+            for _ in 0..9 {
                 let t = std::time::Instant::now();
                 scaled_dot_product_unfused(&q, &k, &v, 0.0625)?;
                 old.push(t.elapsed().as_secs_f64() * 1e3);

@@ -282,6 +282,54 @@ impl CustomOp3 for NormOp {
     }
 }
 
+/// A channels-first LayerNorm's parameters on the host ([`LayerNorm2d::host`]).
+#[derive(Debug, Clone)]
+pub(crate) struct HostNorm {
+    pub(crate) weight: Vec<f32>,
+    pub(crate) bias: Vec<f32>,
+    pub(crate) eps: f64,
+}
+
+impl HostNorm {
+    /// Normalises in place the columns of a block given as its channel rows (`rows[c]`, all of
+    /// one length), with [`NormOp`]'s arithmetic: f64 mean and centred variance summed over the
+    /// channels in order, mean and denominator rounded to f32. `acc` is scratch.
+    pub(crate) fn normalize_columns(&self, mut rows: Vec<&mut [f32]>, acc: &mut Vec<f64>) {
+        let channels = rows.len();
+        let Some(n) = rows.first().map(|r| r.len()) else {
+            return;
+        };
+        acc.clear();
+        acc.resize(2 * n, 0.0);
+        let (sums, sq) = acc.split_at_mut(n);
+        for row in &rows {
+            for (a, &v) in sums.iter_mut().zip(row.iter()) {
+                *a += f64::from(v);
+            }
+        }
+        // Means rounded to f32, stored back in the f64 scratch.
+        sums.iter_mut()
+            .for_each(|a| *a = f64::from((*a / channels as f64) as f32));
+        for row in &rows {
+            for ((a, &v), &m) in sq.iter_mut().zip(row.iter()).zip(sums.iter()) {
+                let d = f64::from(v - m as f32);
+                *a += d * d;
+            }
+        }
+        let op = NormOp {
+            dim: 1,
+            eps: self.eps,
+        };
+        sq.iter_mut()
+            .for_each(|a| *a = f64::from(op.denom(*a, channels)));
+        for ((row, &w), &b) in rows.iter_mut().zip(&self.weight).zip(&self.bias) {
+            for ((o, &m), &d) in row.iter_mut().zip(sums.iter()).zip(sq.iter()) {
+                *o = (*o - m as f32) / d as f32 * w + b;
+            }
+        }
+    }
+}
+
 /// Mean over `dim` (kept, size 1) summed in blocks of about `sqrt(len)`: the rounding error of
 /// the sum grows with `sqrt(len)`-long runs instead of `len`.
 pub fn blocked_mean_keepdim(x: &Tensor, dim: usize) -> Result<Tensor> {
@@ -320,6 +368,16 @@ impl LayerNorm2d {
     pub fn new(channels: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
             inner: LayerNorm::new(channels, eps, vb)?,
+        })
+    }
+
+    /// Host copies of the parameters, for CPU ops that fuse the norm into their output pass.
+    pub(crate) fn host(&self) -> Result<HostNorm> {
+        let get = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+        Ok(HostNorm {
+            weight: get(&self.inner.weight)?,
+            bias: get(&self.inner.bias)?,
+            eps: self.inner.eps,
         })
     }
 

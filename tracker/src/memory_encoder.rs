@@ -75,11 +75,65 @@ pub fn mask_for_memory(
     let low_res = present.where_cond(&low_res, &no_obj)?;
     let s = cfg.image_size;
     let high_res = resize_logits(&low_res, s, s)?;
+    if high_res.device().is_cpu() {
+        let op = MaskToInput {
+            source,
+            scale: cfg.sigmoid_scale_for_mem_enc as f32,
+            bias: cfg.sigmoid_bias_for_mem_enc as f32,
+        };
+        return Ok(high_res.contiguous()?.apply_op1_no_bwd(&op)?);
+    }
+    mask_input_by_tensor_ops(cfg, &high_res, source)
+}
+
+/// The unit mask and [`scale_mask`] as tensor ops (GPU path; the CPU op's reference in tests).
+fn mask_input_by_tensor_ops(
+    cfg: &EdgeTamConfig,
+    high_res: &Tensor,
+    source: MaskSource,
+) -> Result<Tensor> {
     let unit = match source {
         MaskSource::Prompted => high_res.gt(0.0)?.to_dtype(DType::F32)?,
-        MaskSource::Tracked => candle_nn::ops::sigmoid(&high_res)?,
+        MaskSource::Tracked => candle_nn::ops::sigmoid(high_res)?,
     };
     scale_mask(cfg, &unit)
+}
+
+/// The memory encoder's input from the upsampled logits on the CPU in one pass (unit mask, then
+/// [`scale_mask`]): the tensor path's three or four full-size ops took ~4 ms per object at 1024.
+/// Same operations per value as candle's `sigmoid` (`1 / (exp(-v) + 1)`), `gt(0)` and affine
+/// maps, so the result is bit-identical.
+struct MaskToInput {
+    source: MaskSource,
+    scale: f32,
+    bias: f32,
+}
+
+impl candle_core::CustomOp1 for MaskToInput {
+    fn name(&self) -> &'static str {
+        "memory-mask-input"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = crate::kernels::f32_slice(storage, layout, "upsampled mask logits")?;
+        let (scale, bias) = (self.scale, self.bias);
+        let out = crate::kernels::output_in_chunks(x.len(), 1 << 16, |k, o| {
+            let src = &x[k << 16..][..o.len()];
+            for (o, &v) in o.iter_mut().zip(src) {
+                let unit = match self.source {
+                    MaskSource::Prompted => f32::from(u8::from(v > 0.0)),
+                    MaskSource::Tracked => ((-v).exp() + 1.0).recip(),
+                };
+                // candle's `affine(scale, 0)` then `affine(1, bias)`.
+                *o = (unit * scale + 0.0) * 1.0 + bias;
+            }
+        });
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
 }
 
 /// `mask * sigmoid_scale_for_mem_enc + sigmoid_bias_for_mem_enc` (two roundings, like torch's
@@ -93,6 +147,8 @@ pub fn scale_mask(cfg: &EdgeTamConfig, unit_mask: &Tensor) -> Result<Tensor> {
 struct DownLayer {
     conv: Dense,
     norm: LayerNorm2d,
+    /// The norm's parameters on the host, for the conv's fused norm + GELU pass.
+    host_norm: crate::layers::HostNorm,
 }
 
 /// One `EdgeTamVideoMemoryFuserCXBlock` (ConvNeXt block), computed in NCHW throughout: the
@@ -226,7 +282,12 @@ impl MemoryEncoder {
                 conv_cfg.padding,
             )?;
             let norm = LayerNorm2d::new(out_ch, CONV_LAYER_NORM_EPS, l.pp("layer_norm"))?;
-            down.push(DownLayer { conv, norm });
+            let host_norm = norm.host()?;
+            down.push(DownLayer {
+                conv,
+                norm,
+                host_norm,
+            });
             in_ch = out_ch;
         }
         let final_conv = Pointwise::load(&vb_ds.pp("final_conv"), in_ch, hidden)?;
@@ -284,7 +345,10 @@ impl MemoryEncoder {
     pub fn downsample_mask(&self, mask_for_mem: &Tensor) -> Result<Tensor> {
         let mut x = mask_for_mem.to_dtype(DType::F32)?;
         for l in &self.down {
-            x = gelu(&l.norm.forward(&l.conv.forward(&x)?)?)?;
+            x = match l.conv.forward_norm_gelu(&x, &l.host_norm)? {
+                Some(y) => y,
+                None => gelu(&l.norm.forward(&l.conv.forward(&x)?)?)?,
+            };
         }
         Ok(self.final_conv.forward(&x)?)
     }
@@ -391,6 +455,63 @@ mod tests {
         assert!(occluded.iter().all(|&v| v == -10.0));
         let present = m.get(0)?.flatten_all()?.to_vec1::<f32>()?;
         assert!(present.iter().any(|&v| v > 0.0) && present.iter().any(|&v| v < 0.0));
+        Ok(())
+    }
+
+    /// The fused CPU op against the tensor ops, bit for bit, for both mask sources (values
+    /// around 0 and far out, where `exp` saturates).
+    #[test]
+    fn cpu_mask_input_is_bit_identical_to_tensor_ops() -> Result<()> {
+        let cfg = cfg(256);
+        let mut v = Tensor::randn(0f32, 4.0, (2, 1, 256, 256), &Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        v[..6].copy_from_slice(&[0.0, -0.0, 100.0, -100.0, -1024.0, 1e-30]);
+        let high = Tensor::from_vec(v, (2, 1, 256, 256), &Device::Cpu)?;
+        for source in [MaskSource::Tracked, MaskSource::Prompted] {
+            let op = MaskToInput {
+                source,
+                scale: cfg.sigmoid_scale_for_mem_enc as f32,
+                bias: cfg.sigmoid_bias_for_mem_enc as f32,
+            };
+            let fast = high
+                .apply_op1_no_bwd(&op)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            let slow = mask_input_by_tensor_ops(&cfg, &high, source)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            assert!(
+                fast.iter()
+                    .zip(&slow)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{source:?}"
+            );
+        }
+        Ok(())
+    }
+
+    /// The downsampler's fused conv + norm + GELU passes against the separate ops, bit for bit.
+    #[test]
+    fn fused_downsampler_layers_are_bit_identical() -> Result<()> {
+        let cfg = cfg(256);
+        let dev = Device::Cpu;
+        let enc = MemoryEncoder::new(&cfg, random_var_builder(2, &dev))?;
+        let mut x = Tensor::randn(0f32, 3.0, (2, 1, 256, 256), &dev)?;
+        for (i, l) in enc.down.iter().enumerate() {
+            let fused = l.conv.forward_norm_gelu(&x, &l.host_norm)?;
+            let fused = fused.ok_or_else(|| Error::InvalidImage("no fused path".into()))?;
+            let plain = gelu(&l.norm.forward(&l.conv.forward(&x)?)?)?;
+            let (a, b) = (
+                fused.flatten_all()?.to_vec1::<f32>()?,
+                plain.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "layer {i}"
+            );
+            x = plain;
+        }
         Ok(())
     }
 

@@ -27,8 +27,93 @@ pub fn resize_logits(low_res: &Tensor, height: usize, width: usize) -> Result<Te
         )));
     }
     let x = low_res.to_dtype(DType::F32)?;
+    if x.device().is_cpu() && (h, w) != (height, width) {
+        let op = BilinearResize {
+            rows: LinearTaps::new(h, height),
+            cols: LinearTaps::new(w, width),
+        };
+        return Ok(x.contiguous()?.apply_op1_no_bwd(&op)?);
+    }
     let x = resize_axis(&x, 3, w, width)?;
     resize_axis(&x, 2, h, height)
+}
+
+/// [`resize_logits`] on the CPU in one op: the tensor path's two index selects, two products
+/// and a sum per axis cost ~5 ms per 360x640 mask and more per 1024x1024 memory-encoder input.
+/// Same arithmetic in the same order (each product rounded, then the sum; no fused
+/// multiply-add), so the result is bit-identical.
+struct BilinearResize {
+    rows: LinearTaps,
+    cols: LinearTaps,
+}
+
+impl BilinearResize {
+    /// One output row of the width pass: `a * l0 + b * l1` per output column.
+    fn width_pass(&self, row: &[f32], out: &mut [f32]) {
+        let t = &self.cols;
+        if row.len() == out.len() {
+            out.copy_from_slice(row);
+            return;
+        }
+        for (o, (((&i0, &i1), &l0), &l1)) in out
+            .iter_mut()
+            .zip(t.i0.iter().zip(&t.i1).zip(&t.l0).zip(&t.l1))
+        {
+            *o = row[i0 as usize] * l0 + row[i1 as usize] * l1;
+        }
+    }
+}
+
+impl candle_core::CustomOp1 for BilinearResize {
+    fn name(&self) -> &'static str {
+        "bilinear-resize"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = crate::kernels::f32_slice(storage, layout, "mask logits")?;
+        let (n, c, h, w) = layout.shape().dims4()?;
+        let (height, width) = (self.rows.i0.len(), self.cols.i0.len());
+        let shape = candle_core::Shape::from((n, c, height, width));
+        let planes = n * c;
+        if planes == 0 {
+            return Ok((candle_core::CpuStorage::F32(Vec::new()), shape));
+        }
+        // Width pass over every input row (an input row feeds several output rows when
+        // upscaling), then the height pass in chunks of output rows on all cores.
+        let mut tmp = vec![0f32; planes * h * width];
+        for (row, out) in x.chunks_exact(w).zip(tmp.chunks_exact_mut(width)) {
+            self.width_pass(row, out);
+        }
+        let same_rows = h == height;
+        let r = &self.rows;
+        let chunk_rows = 32;
+        let out = crate::kernels::output_in_chunks(
+            planes * height * width,
+            chunk_rows * width,
+            |k, o| {
+                for (j, out_row) in o.chunks_exact_mut(width).enumerate() {
+                    let g = k * chunk_rows + j; // plane * height + y
+                    let (p, y) = (g / height, g % height);
+                    let plane = &tmp[p * h * width..(p + 1) * h * width];
+                    if same_rows {
+                        out_row.copy_from_slice(&plane[y * width..(y + 1) * width]);
+                        continue;
+                    }
+                    let a = &plane[r.i0[y] as usize * width..][..width];
+                    let b = &plane[r.i1[y] as usize * width..][..width];
+                    let (l0, l1) = (r.l0[y], r.l1[y]);
+                    for ((o, &a), &b) in out_row.iter_mut().zip(a).zip(b) {
+                        *o = a * l0 + b * l1;
+                    }
+                }
+            },
+        );
+        Ok((candle_core::CpuStorage::F32(out), shape))
+    }
 }
 
 /// Binary mask (`u8`, 1 where the logit is `> 0`).
@@ -207,6 +292,49 @@ mod tests {
         assert_eq!(t.i0, vec![0, 0, 0, 1]);
         assert_eq!(t.i1, vec![1, 1, 1, 1]);
         assert_eq!(t.l1, vec![0.0, 0.25, 0.75, 0.25]);
+    }
+
+    /// The CPU op against the tensor-op path (per-axis index selects), bit for bit, on
+    /// upscales, downscales, mixed and one-axis-only resizes.
+    #[test]
+    fn cpu_resize_is_bit_identical_to_tensor_path() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 3.0, (2, 3, 17, 23), &dev)?;
+        for (hh, ww) in [(64, 92), (5, 7), (40, 11), (17, 50), (9, 23)] {
+            let fast = resize_logits(&x, hh, ww)?;
+            let slow = resize_axis(&resize_axis(&x, 3, 23, ww)?, 2, 17, hh)?;
+            assert_eq!(fast.dims(), &[2, 3, hh, ww]);
+            let (a, b) = (
+                fast.flatten_all()?.to_vec1::<f32>()?,
+                slow.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{hh}x{ww}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Time of the two resizes a tracked frame does per object (CPU op vs tensor path):
+    /// `cargo test --release -p edgetam-tracker --lib postprocess::tests::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn speed() -> Result<()> {
+        let x = Tensor::randn(0f32, 3.0, (1, 1, 256, 256), &Device::Cpu)?;
+        for (hh, ww) in [(360, 640), (1024, 1024)] {
+            let time = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
+                let t0 = std::time::Instant::now();
+                for _ in 0..20 {
+                    f()?;
+                }
+                Ok(t0.elapsed().as_secs_f64() * 1e3 / 20.0)
+            };
+            let fast = time(&|| resize_logits(&x, hh, ww))?;
+            let slow = time(&|| resize_axis(&resize_axis(&x, 3, 256, ww)?, 2, 256, hh))?;
+            println!("256x256 -> {hh}x{ww}: op {fast:.2} ms, tensor path {slow:.2} ms");
+        }
+        Ok(())
     }
 
     #[test]

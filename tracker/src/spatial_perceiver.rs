@@ -313,3 +313,48 @@ mod tests {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod profile {
+    use super::*;
+    use crate::weights::random_var_builder;
+    use candle_core::Device;
+
+    /// Wall time of one object's perceiver call at 1024 (64x64 memory), for `perf record`:
+    /// `cargo test --release -p edgetam-tracker --lib spatial_perceiver::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn one_object() -> Result<()> {
+        crate::allocator::keep_freed_memory();
+        let cfg = EdgeTamConfig::with_image_size(1024)?;
+        let dev = Device::Cpu;
+        let p = SpatialPerceiver::new(&cfg, random_var_builder(5, &dev))?;
+        let feats = Tensor::randn(0f32, 1.0, (1, 64, 64, 64), &dev)?;
+        let pos = sine_position_embedding(64, 64, 64, &dev)?;
+        let mut times = Vec::new();
+        for _ in 0..40 {
+            let t0 = std::time::Instant::now();
+            p.forward(&feats, &pos)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        println!("perceiver: median {:.1} ms", times[20]);
+        let median = |f: &dyn Fn() -> Result<(Tensor, Tensor)>| -> Result<f64> {
+            let mut t = Vec::new();
+            for _ in 0..40 {
+                let t0 = std::time::Instant::now();
+                f()?;
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            t.sort_by(|a, b| a.total_cmp(b));
+            Ok(t[20])
+        };
+        let (l1, l2) = (p.latents_1d.as_ref(), p.latents_2d.as_ref());
+        if let (Some(l1), Some(l2)) = (l1, l2) {
+            let d1 = median(&|| p.forward_1d(l1, &feats, &pos))?;
+            let d2 = median(&|| p.forward_2d(l2, &feats))?;
+            println!("1-D path {d1:.1} ms, 2-D path {d2:.1} ms");
+        }
+        Ok(())
+    }
+}

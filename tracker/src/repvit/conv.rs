@@ -414,7 +414,7 @@ impl Dense {
         if fused_ok(x) {
             return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
                 conv: self,
-                gelu: false,
+                epilogue: DenseEpilogue::None,
             });
         }
         self.plain(x)
@@ -425,10 +425,30 @@ impl Dense {
         if fused_ok(x) {
             return x.contiguous()?.apply_op1_no_bwd(&DenseOp {
                 conv: self,
-                gelu: true,
+                epilogue: DenseEpilogue::Gelu,
             });
         }
         super::gelu::gelu(&self.plain(x)?)
+    }
+
+    /// `gelu(norm(conv(x) + b))` with a channels-first LayerNorm given by its host parameters
+    /// (the memory encoder's mask downsampler layers), or `None` off the CPU f32 path. The norm
+    /// and GELU run on each pixel block right after its product, while it is in cache; the
+    /// arithmetic is that of [`crate::layers::LayerNorm2d`] and [`super::gelu::gelu`] (same
+    /// f64 statistics in the same order), so the result is bit-identical.
+    pub(crate) fn forward_norm_gelu(
+        &self,
+        x: &Tensor,
+        norm: &crate::layers::HostNorm,
+    ) -> candle_core::Result<Option<Tensor>> {
+        if !fused_ok(x) || norm.weight.len() != self.host_bias.len() {
+            return Ok(None);
+        }
+        let op = DenseOp {
+            conv: self,
+            epilogue: DenseEpilogue::NormGelu(norm),
+        };
+        Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?))
     }
 
     fn plain(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -439,7 +459,15 @@ impl Dense {
 
 struct DenseOp<'a> {
     conv: &'a Dense,
-    gelu: bool,
+    epilogue: DenseEpilogue<'a>,
+}
+
+/// What [`DenseOp`] applies to each output block after the product and bias.
+enum DenseEpilogue<'a> {
+    None,
+    Gelu,
+    /// Channels-first LayerNorm, then GELU.
+    NormGelu(&'a crate::layers::HostNorm),
 }
 
 /// Output pixels per im2col chunk.
@@ -482,6 +510,7 @@ impl CustomOp1 for DenseOp<'_> {
                 scope.spawn(move || {
                     let mut cols = vec![0f32; kk * DENSE_CHUNK];
                     let mut packed = PackedB::zeroed(kk, DENSE_CHUNK);
+                    let mut stats = Vec::new();
                     for job in (t..jobs).step_by(threads) {
                         let (b, ci) = (job / chunks, job % chunks);
                         let p0 = ci * DENSE_CHUNK;
@@ -541,7 +570,13 @@ impl CustomOp1 for DenseOp<'_> {
                                 hw,
                                 true,
                             );
-                            if self.gelu {
+                            if let DenseEpilogue::NormGelu(norm) = self.epilogue {
+                                let rows: Vec<&mut [f32]> = (0..out_ch)
+                                    .map(|o| std::slice::from_raw_parts_mut(dst.add(o * hw), np))
+                                    .collect();
+                                norm.normalize_columns(rows, &mut stats);
+                            }
+                            if !matches!(self.epilogue, DenseEpilogue::None) {
                                 for o in 0..out_ch {
                                     let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
                                     super::gelu::gelu_slice(row);
