@@ -530,9 +530,20 @@ impl HeadProjections {
         crate::kernels::swap_axes_1_2(&x.reshape((n, l, self.num_heads, self.head_dim))?)
     }
 
+    /// Heads `[N, heads, L, head_dim]` merged and through the output projection:
+    /// `[N, L, q_in]` (what [`Self::attend`] does after the attention).
+    pub fn project_out(&self, heads: &Tensor) -> Result<Tensor> {
+        let (n, _, l, _) = heads.dims4()?;
+        let merged = crate::kernels::swap_axes_1_2(heads)?.reshape((
+            n,
+            l,
+            self.num_heads * self.head_dim,
+        ))?;
+        self.o_proj.forward(&merged)
+    }
+
     /// `softmax(q k^T * scale) v`, heads merged, output projection: `[N, Lq, q_in]`.
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        let (n, _, lq, _) = q.dims4()?;
         // Scale after the product, softmax in f32: the reference's (eager) order; on CPU f32 a
         // fused kernel that never materialises the `Lq x Lk` scores.
         let out = if self.bf16_products {
@@ -540,12 +551,7 @@ impl HeadProjections {
         } else {
             crate::attention::scaled_dot_product(q, k, v, self.scaling)?
         }; // [N, heads, Lq, head_dim]
-        let out = crate::kernels::swap_axes_1_2(&out)?.reshape((
-            n,
-            lq,
-            self.num_heads * self.head_dim,
-        ))?;
-        self.o_proj.forward(&out)
+        self.project_out(&out)
     }
 }
 

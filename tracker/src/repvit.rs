@@ -274,9 +274,8 @@ mod profile {
             y
         };
         for round in 0..3 {
-            let mut h = time("stem", &mut || {
-                net.stem[1].forward(&net.stem[0].forward_gelu(&x)?)
-            })?;
+            let h1 = time("stem conv1 + GELU", &mut || net.stem[0].forward_gelu(&x))?;
+            let mut h = time("stem conv2", &mut || net.stem[1].forward(&h1))?;
             let block = |h: Tensor, b: &Block, time: &mut Timer| -> candle_core::Result<Tensor> {
                 let mut h = time("token mixer (depthwise)", &mut || b.token_mixer.forward(&h))?;
                 if let Some(se) = &b.se {

@@ -12,11 +12,12 @@
 //! Outputs are concatenated along tokens, 1-D first; a final LayerNorm closes each path.
 
 use candle_core::{DType, Module, Tensor};
-use candle_nn::{linear_no_bias, Linear, VarBuilder};
+use candle_nn::{linear_no_bias, VarBuilder};
 
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::layers::{HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::linear_bf16::SwitchLinear;
 use crate::position_encoding::sine_position_embedding;
 use crate::repvit::gelu;
 
@@ -45,21 +46,29 @@ impl PerceiverAttention {
         }
         Ok(p.attend(&p.queries(query)?, &k, &v)?)
     }
+
+    /// Self-attention of a single token: the softmax over one score is exactly 1, so the output
+    /// is the output projection of its value (bit-identical, without the q/k projections and
+    /// the attention call). The 2-D path's windows each hold one latent.
+    fn forward_single_token(&self, x: &Tensor) -> Result<Tensor> {
+        let p = &self.proj;
+        Ok(p.project_out(&p.values(x)?)?)
+    }
 }
 
 /// `EdgeTamVideoPerceiverMLP`: pre-LayerNorm, bias-free up/down projections, exact GELU.
 struct PerceiverMlp {
     norm: LayerNorm,
-    up: Linear,
-    down: Linear,
+    up: SwitchLinear,
+    down: SwitchLinear,
 }
 
 impl PerceiverMlp {
     fn new(hidden: usize, inter: usize, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
             norm: LayerNorm::new(hidden, TORCH_LAYER_NORM_EPS, vb.pp("layer_norm"))?,
-            up: linear_no_bias(hidden, inter, vb.pp("up_proj"))?,
-            down: linear_no_bias(inter, hidden, vb.pp("down_proj"))?,
+            up: SwitchLinear::new(linear_no_bias(hidden, inter, vb.pp("up_proj"))?),
+            down: SwitchLinear::new(linear_no_bias(inter, hidden, vb.pp("down_proj"))?),
         })
     }
 
@@ -105,7 +114,12 @@ impl EncoderLayer {
         let latents = (latents + self.cross_attention.forward(&q, &kv, pos)?)?;
         let latents = (&latents + self.mlp.forward(&latents)?)?;
         let s = self.norm_self.forward(&latents)?;
-        let latents = (&latents + self.self_attention.forward(&s, &s, None)?)?;
+        let attn = if s.dim(1)? == 1 {
+            self.self_attention.forward_single_token(&s)?
+        } else {
+            self.self_attention.forward(&s, &s, None)?
+        };
+        let latents = (&latents + attn)?;
         Ok((&latents + self.self_mlp.forward(&latents)?)?)
     }
 }

@@ -472,6 +472,8 @@ enum DenseEpilogue<'a> {
 
 /// Output pixels per im2col chunk.
 const DENSE_CHUNK: usize = 256;
+/// Row stride of a chunk's local output block: not a power of two (see the copy-out).
+const LDC: usize = DENSE_CHUNK + 16;
 
 impl CustomOp1 for DenseOp<'_> {
     fn name(&self) -> &'static str {
@@ -511,6 +513,7 @@ impl CustomOp1 for DenseOp<'_> {
                     let mut cols = vec![0f32; kk * DENSE_CHUNK];
                     let mut packed = PackedB::zeroed(kk, DENSE_CHUNK);
                     let mut stats = Vec::new();
+                    let mut block = vec![0f32; out_ch * LDC];
                     for job in (t..jobs).step_by(threads) {
                         let (b, ci) = (job / chunks, job % chunks);
                         let p0 = ci * DENSE_CHUNK;
@@ -535,30 +538,23 @@ impl CustomOp1 for DenseOp<'_> {
                                             out.fill(0.0);
                                         } else {
                                             let src = &img[(ch * h + iy as usize) * w..][..w];
-                                            for (t, v) in out.iter_mut().enumerate() {
-                                                let ix = ((ox0 + t) * s + kx) as isize - p as isize;
-                                                *v = if ix >= 0 && (ix as usize) < w {
-                                                    src[ix as usize]
-                                                } else {
-                                                    0.0
-                                                };
-                                            }
+                                            im2col_segment(src, out, ox0 * s + kx, p, s);
                                         }
                                         j += seg;
                                     }
                                 }
                             }
                         }
-                        let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
-                        // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
-                        // `out_ch x hw` block (row stride `hw`), which no other job touches;
-                        // `weight` is `out_ch x kk` and `packed` is `kk x np`.
+                        // The product goes to a local block (row stride `LDC`) and is copied
+                        // out once: written in place, its rows would sit `hw` floats apart, a
+                        // power of two that maps every row of a tile to the same cache sets.
+                        for (row, &bias) in block.chunks_mut(LDC).zip(&d.host_bias) {
+                            row[..np].fill(bias);
+                        }
+                        packed.fill_columns_from_rows(&cols, np, np);
+                        // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and `block`
+                        // is `out_ch x LDC` with `np <= LDC`.
                         unsafe {
-                            for o in 0..out_ch {
-                                let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
-                                row.fill(d.host_bias[o]);
-                            }
-                            packed.fill_columns_from_rows(&cols, np, np);
                             packed_unchecked(
                                 out_ch,
                                 &d.host_weight,
@@ -566,21 +562,26 @@ impl CustomOp1 for DenseOp<'_> {
                                 &packed,
                                 0..kk,
                                 0..np,
-                                dst,
-                                hw,
+                                block.as_mut_ptr(),
+                                LDC,
                                 true,
                             );
-                            if let DenseEpilogue::NormGelu(norm) = self.epilogue {
-                                let rows: Vec<&mut [f32]> = (0..out_ch)
-                                    .map(|o| std::slice::from_raw_parts_mut(dst.add(o * hw), np))
-                                    .collect();
-                                norm.normalize_columns(rows, &mut stats);
-                            }
+                        }
+                        if let DenseEpilogue::NormGelu(norm) = self.epilogue {
+                            let rows: Vec<&mut [f32]> =
+                                block.chunks_mut(LDC).map(|r| &mut r[..np]).collect();
+                            norm.normalize_columns(rows, &mut stats);
+                        }
+                        let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
+                        for (o, row) in block.chunks(LDC).enumerate() {
+                            let row = &row[..np];
+                            // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
+                            // `out_ch x hw` block (row stride `hw`), which no other job touches.
+                            let out =
+                                unsafe { std::slice::from_raw_parts_mut(dst.add(o * hw), np) };
+                            out.copy_from_slice(row);
                             if !matches!(self.epilogue, DenseEpilogue::None) {
-                                for o in 0..out_ch {
-                                    let row = std::slice::from_raw_parts_mut(dst.add(o * hw), np);
-                                    super::gelu::gelu_slice(row);
-                                }
+                                super::gelu::gelu_slice(out);
                             }
                         }
                     }
@@ -588,6 +589,42 @@ impl CustomOp1 for DenseOp<'_> {
             }
         });
         Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+/// One im2col row segment: `out[t] = src[x0 + t * s - p]`, zero where that falls outside
+/// `src` (the padding). The in-bounds middle runs without per-element checks: the stem's
+/// stride-2 convs spent most of their time on those branches.
+#[inline(always)]
+fn im2col_segment(src: &[f32], out: &mut [f32], x0: usize, p: usize, s: usize) {
+    let w = src.len();
+    // First t with x0 + t * s >= p, and first t with x0 + t * s - p >= w.
+    let lo = p.saturating_sub(x0).div_ceil(s).min(out.len());
+    let hi = (w + p).saturating_sub(x0).div_ceil(s).clamp(lo, out.len());
+    out[..lo].fill(0.0);
+    out[hi..].fill(0.0);
+    if lo == hi {
+        return;
+    }
+    let first = x0 + lo * s - p;
+    let mid = &mut out[lo..hi];
+    if s == 1 {
+        mid.copy_from_slice(&src[first..first + mid.len()]);
+    } else if s == 2 {
+        // Pairs: the form LLVM vectorizes as an interleaved load (the stem's stride-2 convs).
+        // `mid` is not empty (`lo < hi`).
+        if let Some((last, body)) = mid.split_last_mut() {
+            let pairs = src[first..first + 2 * body.len()].chunks_exact(2);
+            for (o, pair) in body.iter_mut().zip(pairs) {
+                *o = pair[0];
+            }
+            *last = src[first + 2 * body.len()];
+        }
+    } else {
+        let src = &src[first..first + (mid.len() - 1) * s + 1];
+        for (o, v) in mid.iter_mut().zip(src.iter().step_by(s)) {
+            *o = *v;
+        }
     }
 }
 
@@ -622,6 +659,33 @@ mod tests {
     }
 
     /// The im2col CPU op must agree with candle's `conv2d` (plain and with GELU).
+    /// The branch-free im2col segment against the per-element definition.
+    #[test]
+    fn im2col_segment_matches_definition() {
+        let src: Vec<f32> = (0..11).map(|v| v as f32 + 1.0).collect();
+        for s in 1..=3 {
+            for p in 0..=2 {
+                for x0 in 0..6 {
+                    for len in 0..9 {
+                        let mut out = vec![-1.0; len];
+                        im2col_segment(&src, &mut out, x0, p, s);
+                        let want: Vec<f32> = (0..len)
+                            .map(|t| {
+                                let ix = (x0 + t * s) as isize - p as isize;
+                                if ix >= 0 && (ix as usize) < src.len() {
+                                    src[ix as usize]
+                                } else {
+                                    0.0
+                                }
+                            })
+                            .collect();
+                        assert_eq!(out, want, "s {s} p {p} x0 {x0} len {len}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn dense_matches_conv2d() -> candle_core::Result<()> {
         let dev = Device::Cpu;
