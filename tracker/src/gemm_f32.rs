@@ -100,6 +100,17 @@ impl PackedB {
         }
     }
 
+    /// Re-packs the first `n` columns from `bt^T` (`bt` row-major `n x k`) into a buffer made
+    /// for at least `n` columns (per-worker scratch, like [`Self::fill_columns_from_rows`]).
+    pub fn fill_columns_from_transposed(&mut self, bt: &[f32], ldbt: usize, n: usize) {
+        assert!(
+            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            "PackedB: {n} columns exceed the buffer"
+        );
+        self.n = n;
+        self.fill_from_transposed(bt, ldbt);
+    }
+
     /// Re-packs `bt^T` (`bt` row-major `n x k`, this buffer's shape) in place.
     pub fn fill_from_transposed(&mut self, bt: &[f32], ldbt: usize) {
         let (k, n) = (self.k, self.n);

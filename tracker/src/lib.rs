@@ -41,6 +41,7 @@ pub mod tracker;
 pub mod tracking_step;
 pub mod transfer;
 pub mod two_way_transformer;
+pub mod upscale;
 pub mod vision_neck;
 pub mod weights;
 pub mod work;

@@ -13,8 +13,9 @@ use candle_nn::VarBuilder;
 
 use crate::config::{EdgeTamConfig, MaskDecoderConfig};
 use crate::error::{Error, Result};
-use crate::layers::{Activation, FeedForward, LayerNorm2d};
+use crate::layers::{Activation, FeedForward, HostNorm, LayerNorm2d};
 use crate::two_way_transformer::TwoWayTransformer;
+use crate::upscale::{InputLayout, Upscale2x};
 
 /// Eps of the upscale LayerNorm (`EdgeTamVideoLayerNorm` default), unlike the transformer's 1e-5.
 const UPSCALE_NORM_EPS: f64 = 1e-6;
@@ -42,6 +43,8 @@ pub struct MaskDecoder {
     transformer: TwoWayTransformer,
     upscale_conv1: Upscale2x,
     upscale_norm: LayerNorm2d,
+    /// The upscale norm's parameters on the host, for the fused CPU pass.
+    upscale_norm_host: HostNorm,
     upscale_conv2: Upscale2x,
     hypernetworks: Vec<FeedForward>,
     iou_head: FeedForward,
@@ -78,11 +81,13 @@ impl MaskDecoder {
                 )
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
+        let upscale_norm = LayerNorm2d::new(c / 4, UPSCALE_NORM_EPS, vb.pp("upscale_layer_norm"))?;
         Ok(Self {
             output_tokens,
             transformer: TwoWayTransformer::new(dc, vb.pp("transformer"))?,
             upscale_conv1: Upscale2x::new(c, c / 4, vb.pp("upscale_conv1"))?,
-            upscale_norm: LayerNorm2d::new(c / 4, UPSCALE_NORM_EPS, vb.pp("upscale_layer_norm"))?,
+            upscale_norm_host: upscale_norm.host()?,
+            upscale_norm,
             upscale_conv2: Upscale2x::new(c / 4, c / 8, vb.pp("upscale_conv2"))?,
             hypernetworks,
             iou_head: FeedForward::new(
@@ -150,8 +155,18 @@ impl MaskDecoder {
             "image embedding + dense",
         )?;
         let image_pe = expand_rows(image_pe, b, p, &[c, e, e], "image positional encoding")?;
-        let feat_s0 = expand_rows(feat_s0, b, p, &[c / 8, 4 * e, 4 * e], "feat_s0")?;
-        let feat_s1 = expand_rows(feat_s1, b, p, &[c / 4, 2 * e, 2 * e], "feat_s1")?;
+        // The fused upscale reads a shared (batch 1) map directly; others expand to one row
+        // per prompt.
+        let rows_of = |t: &Tensor, inner: &[usize], what: &str| -> Result<Tensor> {
+            let shared = t.dim(0).ok() == Some(1) && t.dims()[1..] == *inner;
+            if shared && t.device().is_cpu() {
+                Ok(t.clone())
+            } else {
+                expand_rows(t, b, p, inner, what)
+            }
+        };
+        let feat_s0 = rows_of(feat_s0, &[c / 8, 4 * e, 4 * e], "feat_s0")?;
+        let feat_s1 = rows_of(feat_s1, &[c / 4, 2 * e, 2 * e], "feat_s1")?;
 
         let n_out = self.output_tokens.dim(0)?;
         let tokens = Tensor::cat(
@@ -172,14 +187,7 @@ impl MaskDecoder {
         let mask_tokens = queries.narrow(1, 2, num_masks)?; // [BP, M, C]
 
         // Upscale the image tokens x4, mixing in the high-resolution features.
-        let gelu = Activation::Gelu;
-        let up = (self.upscale_conv1.forward(&keys.transpose(1, 2)?, e, e)? + &feat_s1)?;
-        let up = self.upscale_norm.forward(&up)?;
-        let up = gelu.apply(&up)?;
-        let up = self
-            .upscale_conv2
-            .forward(&up.flatten_from(2)?, 2 * e, 2 * e)?;
-        let up = gelu.apply(&(up + &feat_s0)?)?;
+        let up = self.upscale(&keys, &feat_s1, &feat_s0)?;
         let (_, uc, uh, uw) = up.dims4()?;
 
         let hyper = self
@@ -220,6 +228,42 @@ impl MaskDecoder {
         })
     }
 
+    /// `gelu(conv2(gelu(norm(conv1(keys) + feat_s1))) + feat_s0)`: the image tokens `[BP, e*e, C]`
+    /// upscaled x4 to `[BP, C/8, 4e, 4e]`. `feat_s*` have batch `BP` or 1 (shared).
+    fn upscale(&self, keys: &Tensor, feat_s1: &Tensor, feat_s0: &Tensor) -> Result<Tensor> {
+        let e = self.embed_size;
+        let fused = self.upscale_conv1.forward_fused(
+            keys,
+            InputLayout::Tokens,
+            (e, e),
+            feat_s1,
+            Some(&self.upscale_norm_host),
+        )?;
+        if let Some(up) = fused {
+            let fused = self.upscale_conv2.forward_fused(
+                &up,
+                InputLayout::Channels,
+                (2 * e, 2 * e),
+                feat_s0,
+                None,
+            )?;
+            if let Some(up) = fused {
+                return Ok(up);
+            }
+        }
+        let gelu = Activation::Gelu;
+        let up = self
+            .upscale_conv1
+            .forward(&keys.transpose(1, 2)?, e, e)?
+            .broadcast_add(feat_s1)?;
+        let up = gelu.apply(&self.upscale_norm.forward(&up)?)?;
+        let up = self
+            .upscale_conv2
+            .forward(&up.flatten_from(2)?, 2 * e, 2 * e)?
+            .broadcast_add(feat_s0)?;
+        Ok(gelu.apply(&up)?)
+    }
+
     /// The single-mask output: token 0's mask if it is stable, else the multimask output with
     /// the best predicted IoU (`_dynamic_multimask_via_stability`).
     fn dynamic_single_mask(&self, masks: &Tensor, iou: &Tensor) -> Result<(Tensor, Tensor)> {
@@ -243,37 +287,6 @@ impl MaskDecoder {
             .index_select(&picks, 0)?
             .reshape((rows, 1))?;
         Ok((masks, iou))
-    }
-}
-
-/// `ConvTranspose2d(kernel_size=2, stride=2)`: every input pixel writes its own 2x2 output
-/// block, so the layer is one matmul `[4 * C_out, C_in] x [C_in, HW]` plus an interleave, instead
-/// of candle's direct transposed convolution (a dot product per tap and pixel).
-#[derive(Debug, Clone)]
-struct Upscale2x {
-    /// `weight [C_in, C_out, 2, 2]` as `[C_out * 4, C_in]`.
-    weight_t: Tensor,
-    bias: Tensor,
-}
-
-impl Upscale2x {
-    fn new(in_channels: usize, out_channels: usize, vb: VarBuilder) -> candle_core::Result<Self> {
-        let weight = vb.get((in_channels, out_channels, 2, 2), "weight")?;
-        let bias = vb.get(out_channels, "bias")?;
-        Ok(Self {
-            weight_t: weight
-                .reshape((in_channels, out_channels * 4))?
-                .t()?
-                .contiguous()?,
-            bias,
-        })
-    }
-
-    /// `x`: `[N, C_in, h * w]` (any strides) -> `[N, C_out, 2h, 2w]`.
-    fn forward(&self, x: &Tensor, h: usize, w: usize) -> candle_core::Result<Tensor> {
-        let (n, _, _) = x.dims3()?;
-        let y = self.weight_t.broadcast_left(n)?.matmul(x)?; // [N, C_out * 4, hw]
-        crate::kernels::interleave_2x2(&y, &self.bias, h, w)
     }
 }
 
