@@ -116,10 +116,86 @@ impl Kernel {
         self.plane(c, inp, h, w, out, oh, ow);
     }
 
-    /// One channel plane: `out` starts at the bias and accumulates each tap as a row update.
+    /// One channel plane: the memory fuser's 7x7 (stride 1) in one pass per output vector
+    /// ([`Self::plane_wide`]), everything else tap by tap.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn plane(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        if self.stride == 1 && self.k >= 5 && 2 * self.padding + 1 == self.k {
+            self.plane_wide(c, inp, h, w, out, oh, ow);
+        } else {
+            self.plane_taps(c, inp, h, w, out, oh, ow);
+        }
+    }
+
+    /// Stride 1, "same" padding, large kernels: 16 outputs at a time accumulate all `k * k`
+    /// taps in registers, reading zero-padded copies of the `k` input rows. The tap-by-tap
+    /// form makes `k * k` passes over every output row with per-tap bookkeeping: for the 7x7 on
+    /// 64-wide rows that bookkeeping was most of the time. Per output the sum runs in the same
+    /// order (bias, then taps row by row, each product rounded before its add); a padding tap
+    /// adds `w * 0`, so the values are equal to the tap-by-tap form's.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn plane_wide(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        const L: usize = 16;
+        let (k, p) = (self.k, self.padding);
+        let wk = &self.weight[c * k * k..(c + 1) * k * k];
+        let b = self.bias[c];
+        // Row `ky` padded: `p` zeros, the row, then zeros to a whole number of vectors.
+        let len = ow.div_ceil(L) * L + k;
+        let mut pad = vec![0f32; k * len];
+        for oy in 0..oh {
+            for (ky, row) in pad.chunks_exact_mut(len).enumerate() {
+                let iy = (oy + ky) as isize - p as isize;
+                if iy < 0 || iy >= h as isize {
+                    row.fill(0.0);
+                } else {
+                    let iy = iy as usize;
+                    row[p..p + w].copy_from_slice(&inp[iy * w..(iy + 1) * w]);
+                }
+            }
+            let orow = &mut out[oy * ow..(oy + 1) * ow];
+            for (x0, o) in (0..ow).step_by(L).zip(orow.chunks_mut(L)) {
+                let mut acc = [b; L];
+                for (row, wrow) in pad.chunks_exact(len).zip(wk.chunks_exact(k)) {
+                    for (kx, &wv) in wrow.iter().enumerate() {
+                        let src: &[f32; L] = match row[x0 + kx..x0 + kx + L].try_into() {
+                            Ok(v) => v,
+                            Err(_) => continue, // unreachable: `len` covers every vector
+                        };
+                        for (a, &v) in acc.iter_mut().zip(src) {
+                            *a += wv * v;
+                        }
+                    }
+                }
+                o.copy_from_slice(&acc[..o.len()]);
+            }
+        }
+    }
+
+    /// One channel plane, tap by tap: `out` starts at the bias and accumulates each tap as a
+    /// row update.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn plane_taps(
         &self,
         c: usize,
         inp: &[f32],
@@ -240,6 +316,69 @@ mod tests {
             let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(d < 1e-5, "k{k} s{s} p{p} {h}x{w}: {d}");
         }
+        Ok(())
+    }
+
+    /// The one-pass wide-kernel planes against the tap-by-tap form: equal values (same sum
+    /// order), at widths around the 16-lane vectors.
+    #[test]
+    fn wide_kernel_equals_tap_by_tap() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (k, h, w) in [
+            (7usize, 9usize, 7usize),
+            (7, 20, 33),
+            (5, 4, 16),
+            (7, 3, 2),
+            (7, 64, 64),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
+                Tensor::randn(0f32, 1.0, 1, &dev)?,
+                1,
+                k / 2,
+            )?;
+            let kern = &dw.kernel;
+            let (oh, ow) = (kern.out_size(h), kern.out_size(w));
+            let inp = x.flatten_all()?.to_vec1::<f32>()?;
+            let (mut a, mut b) = (vec![0f32; oh * ow], vec![0f32; oh * ow]);
+            kern.plane_wide(0, &inp, h, w, &mut a, oh, ow);
+            kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
+            assert_eq!(a, b, "k {k}, {h}x{w}");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use candle_core::Device;
+
+    /// Time per call of the memory fuser's 7x7 (256 channels, 64x64 at 1024):
+    /// `cargo test --release -p edgetam-tracker --lib depthwise::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn fuser_shape() -> candle_core::Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (1, 256, 64, 64), &dev)?;
+        let dw = Depthwise::new(
+            Tensor::randn(0f32, 1.0, (256, 1, 7, 7), &dev)?,
+            Tensor::randn(0f32, 1.0, 256, &dev)?,
+            1,
+            3,
+        )?;
+        let _ = dw.forward(&x)?;
+        let reps = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            let _ = dw.forward(&x)?;
+        }
+        println!(
+            "7x7 depthwise, 256 x 64x64: {:.2} ms",
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64
+        );
         Ok(())
     }
 }
