@@ -28,6 +28,11 @@ pub(super) struct ChannelMixer<'a> {
     pub w2: &'a [f32],
     pub b2: &'a [f32],
     pub scale: Option<&'a [f32]>,
+    /// A stride-1 depthwise conv applied first (RepViT's token mixer of a block without
+    /// squeeze-excite): each task computes it for its own pixels, and its output is both the
+    /// MLP's input and the residual, so it never goes to memory. The op's inputs are then the
+    /// block input (twice).
+    pub token_mixer: Option<&'a super::Depthwise>,
 }
 
 /// Per-worker scratch.
@@ -37,6 +42,8 @@ struct Scratch {
     h: PackedB,
     /// `conv2`'s output block before the scale (only with a scale).
     y: Vec<f32>,
+    /// The token mixer's output block `c x COLS` (only with a token mixer).
+    t: Vec<f32>,
 }
 
 impl CustomOp2 for ChannelMixer<'_> {
@@ -73,6 +80,14 @@ impl CustomOp2 for ChannelMixer<'_> {
                 self.b2.len()
             );
         }
+        if self
+            .token_mixer
+            .is_some_and(|t| !t.is_same_size() || t.channels() != c)
+        {
+            candle_core::bail!(
+                "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
+            );
+        }
         let x = f32_slice(storage, layout, "conv MLP input")?;
         let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
         let hw = height * width;
@@ -93,12 +108,49 @@ impl CustomOp2 for ChannelMixer<'_> {
                 hidden: vec![0f32; hid * COLS],
                 h: PackedB::zeroed(hid, COLS),
                 y: vec![0f32; if self.scale.is_some() { c * COLS } else { 0 }],
+                t: vec![
+                    0f32;
+                    if self.token_mixer.is_some() {
+                        c * COLS
+                    } else {
+                        0
+                    }
+                ],
             },
             |s, task| {
                 let (b, j0) = (task / chunks, (task % chunks) * COLS);
                 let w = COLS.min(hw - j0);
                 let img = &x[b * c * hw..(b + 1) * c * hw];
-                s.x.fill_columns_from_rows(&img[j0..], hw, w);
+                // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
+                let (res, ld, r0) = match self.token_mixer {
+                    Some(dw) => {
+                        let t = &mut s.t[..c * w];
+                        // Row segments of the flattened pixel range `j0 .. j0 + w`.
+                        let mut j = j0;
+                        while j < j0 + w {
+                            let (oy, ox0) = (j / width, j % width);
+                            let n = (width - ox0).min(j0 + w - j);
+                            for (ch, row) in t.chunks_exact_mut(w).enumerate() {
+                                dw.row_segment(
+                                    ch,
+                                    &img[ch * hw..(ch + 1) * hw],
+                                    (height, width),
+                                    (oy, ox0),
+                                    &mut row[j - j0..j - j0 + n],
+                                );
+                            }
+                            j += n;
+                        }
+                        (&s.t[..c * w], w, 0)
+                    }
+                    None => (&res[b * c * hw..(b + 1) * c * hw], hw, j0),
+                };
+                let src = if self.token_mixer.is_some() {
+                    res
+                } else {
+                    &img[j0..]
+                };
+                s.x.fill_columns_from_rows(src, ld, w);
                 let hidden = &mut s.hidden[..hid * w];
                 for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
                     row.fill(bias);
@@ -121,7 +173,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                 gelu_slice(hidden);
                 s.h.fill_columns_from_rows(hidden, w, w);
                 let dst = (out_addr as *mut f32).wrapping_add(b * c * hw + j0);
-                let r = &res[b * c * hw..(b + 1) * c * hw];
+                let r = res;
                 // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `c x hw` output
                 // block (row stride `hw`), which no other task touches; `w2` is `c x hid` and
                 // the packed hidden block `hid x w`; `y` is `c x w`.
@@ -130,7 +182,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                         None => {
                             for (o, &bias) in self.b2.iter().enumerate() {
                                 let row = std::slice::from_raw_parts_mut(dst.add(o * hw), w);
-                                for (v, r) in row.iter_mut().zip(&r[o * hw + j0..][..w]) {
+                                for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
                                     *v = r + bias;
                                 }
                             }
@@ -154,7 +206,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                             );
                             for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
                                 let row = std::slice::from_raw_parts_mut(dst.add(o * hw), w);
-                                let rr = &r[o * hw + j0..][..w];
+                                let rr = &r[o * ld + r0..][..w];
                                 for ((v, &yv), &rv) in row.iter_mut().zip(yr).zip(rr) {
                                     *v = rv + yv * g;
                                 }
@@ -216,6 +268,52 @@ mod tests {
             assert!(
                 err <= 1e-6 * scale.max(1.0),
                 "scaled {n}x{c}x{h}x{w}: {err}"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod fused_token_mixer {
+    use candle_core::{Device, Tensor};
+
+    use super::super::Depthwise;
+    use super::tests::random_mlp;
+
+    /// Token mixer computed inside the channel mixer's blocks vs the two ops: bit-identical
+    /// (same depthwise operation order, same MLP input), for rows wider and narrower than a
+    /// block, a batch of 2 and a width that splits blocks mid-row.
+    #[test]
+    fn equals_depthwise_then_mixer() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (n, c, h, w) in [
+            (1usize, 16usize, 9usize, 100usize),
+            (2, 8, 7, 20),
+            (1, 24, 5, 64),
+        ] {
+            let (conv1, conv2) = random_mlp(c, 2 * c)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 0.5, c, &dev)?,
+                1,
+                1,
+            )?;
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let t = dw.forward(&x)?;
+            let want = conv1
+                .channel_mixer(&conv2, &t)?
+                .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+            let got = conv1
+                .channel_mixer_after(&conv2, &dw, &x)?
+                .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+            let (a, b) = (
+                got.flatten_all()?.to_vec1::<f32>()?,
+                want.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{n}x{c}x{h}x{w}"
             );
         }
         Ok(())

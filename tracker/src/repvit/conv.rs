@@ -181,6 +181,34 @@ impl Pointwise {
         self.mlp_residual(conv2, x, x, None)
     }
 
+    /// `t + conv2(gelu(self(t)))` with `t = token_mixer(x)` computed per pixel block inside the
+    /// same pass (a RepViT block without squeeze-excite); `None` as for
+    /// [`Self::channel_mixer`], or when the token mixer is not a stride-1 same-size conv.
+    pub(crate) fn channel_mixer_after(
+        &self,
+        conv2: &Pointwise,
+        token_mixer: &super::Depthwise,
+        x: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        if !fused_ok(x)
+            || self.bf16.is_some()
+            || conv2.bf16.is_some()
+            || !token_mixer.is_same_size()
+        {
+            return Ok(None);
+        }
+        let x = x.contiguous()?;
+        let op = super::channel_mixer::ChannelMixer {
+            w1: &self.host_weight,
+            b1: &self.host_bias,
+            w2: &conv2.host_weight,
+            b2: &conv2.host_bias,
+            scale: None,
+            token_mixer: Some(token_mixer),
+        };
+        Ok(Some(x.apply_op2_no_bwd(&x, &op)?))
+    }
+
     /// `residual + scale * conv2(gelu(self(x)))` in one pass on CPU f32 inputs where both
     /// convs run exact f32 (`scale` per output channel); `None` means: run the ops one by one.
     pub(crate) fn mlp_residual(
@@ -199,6 +227,7 @@ impl Pointwise {
             w2: &conv2.host_weight,
             b2: &conv2.host_bias,
             scale,
+            token_mixer: None,
         };
         Ok(Some(
             x.contiguous()?

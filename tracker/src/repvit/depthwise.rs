@@ -60,6 +60,61 @@ impl Depthwise {
         })
     }
 
+    /// Whether this is a stride-1 "same" convolution, which [`Self::row_segment`] computes
+    /// piecewise (RepViT's token mixers, fused into the channel mixer's pixel blocks).
+    pub(crate) fn is_same_size(&self) -> bool {
+        let k = &self.kernel;
+        k.stride == 1 && 2 * k.padding + 1 == k.k
+    }
+
+    /// Channels.
+    pub(crate) fn channels(&self) -> usize {
+        self.kernel.channels
+    }
+
+    /// Outputs `ox0 .. ox0 + out.len()` of row `oy` of channel `c` for a stride-1 "same"
+    /// convolution of `plane` (`h x w`), with the per-output operation order of the whole-plane
+    /// kernel (bias, then every tap inside the image in row-major order), so the values are
+    /// bit-identical to [`Self::forward`]'s.
+    pub(crate) fn row_segment(
+        &self,
+        c: usize,
+        plane: &[f32],
+        (h, w): (usize, usize),
+        (oy, ox0): (usize, usize),
+        out: &mut [f32],
+    ) {
+        let Kernel {
+            k,
+            padding: p,
+            ref weight,
+            ref bias,
+            ..
+        } = self.kernel;
+        let wk = &weight[c * k * k..(c + 1) * k * k];
+        out.fill(bias[c]);
+        let ox1 = ox0 + out.len();
+        for ky in 0..k {
+            let iy = (oy + ky) as isize - p as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            let irow = &plane[iy as usize * w..(iy as usize + 1) * w];
+            for (kx, &wv) in wk[ky * k..(ky + 1) * k].iter().enumerate() {
+                // Outputs whose input column `ox + kx - p` lies inside the row.
+                let lo = ox0.max(p.saturating_sub(kx));
+                let hi = ox1.min((w + p).saturating_sub(kx));
+                if lo >= hi {
+                    continue;
+                }
+                let src = &irow[lo + kx - p..hi + kx - p];
+                for (o, i) in out[lo - ox0..hi - ox0].iter_mut().zip(src) {
+                    *o += wv * i;
+                }
+            }
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             x.contiguous()?.apply_op1_no_bwd(&self.kernel)
