@@ -85,7 +85,7 @@ impl RopeAttention {
 /// `num_excluded` tokens and the leading (1-D) tokens of each memory stay as they are, the
 /// trailing `k_rope.len()` tokens of each memory are rotated with the key grid.
 fn rotate_memory_keys(k: &Tensor, k_rope: &AxialRope, layout: KeyLayout) -> Result<Tensor> {
-    let (b, heads, lk, d) = k.dims4()?;
+    let (_, _, lk, _) = k.dims4()?;
     let KeyLayout {
         num_excluded,
         num_memories,
@@ -110,6 +110,28 @@ fn rotate_memory_keys(k: &Tensor, k_rope: &AxialRope, layout: KeyLayout) -> Resu
             "a memory of {per_memory} tokens cannot hold the {spatial} tokens of the key grid"
         )));
     };
+    if let Some(out) = k_rope.apply_to_memory_keys(k, num_memories, per_memory, latent_1d)? {
+        return Ok(out);
+    }
+    rotate_memory_keys_by_ops(k, k_rope, layout, per_memory, latent_1d)
+}
+
+/// [`rotate_memory_keys`] as tensor ops (other devices; the CPU op's reference in tests), for
+/// memories of `per_memory` tokens whose first `latent_1d` stay unrotated.
+fn rotate_memory_keys_by_ops(
+    k: &Tensor,
+    k_rope: &AxialRope,
+    layout: KeyLayout,
+    per_memory: usize,
+    latent_1d: usize,
+) -> Result<Tensor> {
+    let (b, heads, lk, d) = k.dims4()?;
+    let KeyLayout {
+        num_excluded,
+        num_memories,
+    } = layout;
+    let rotated_len = lk - num_excluded;
+    let spatial = k_rope.len();
     let grouped = k
         .narrow(2, 0, rotated_len)?
         .reshape((b, heads, num_memories, per_memory, d))?;
@@ -500,6 +522,27 @@ impl MemoryAttention {
 mod tests {
     use super::*;
     use candle_core::{DType, Device};
+
+    /// The one-pass CPU rotation of the cross-attention keys against the tensor ops, bit for
+    /// bit: 3 memories of 20 tokens (4 latents + a 4x4 grid), 5 pointer tokens, 2 x 2 heads.
+    #[test]
+    fn memory_key_rotation_matches_tensor_ops() -> Result<()> {
+        let dev = Device::Cpu;
+        let rope = AxialRope::new(8, 10000.0, [4, 4], &dev)?;
+        let layout = KeyLayout {
+            num_excluded: 5,
+            num_memories: 3,
+        };
+        let k = Tensor::randn(0f32, 1.0, (2, 2, 3 * 20 + 5, 8), &dev)?;
+        let fast = rotate_memory_keys(&k, &rope, layout)?;
+        let slow = rotate_memory_keys_by_ops(&k, &rope, layout, 20, 4)?;
+        let (a, b) = (
+            fast.flatten_all()?.to_vec1::<f32>()?,
+            slow.flatten_all()?.to_vec1::<f32>()?,
+        );
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        Ok(())
+    }
 
     /// Sharing layer 0's self-attention across objects gives what the broadcast batch gives.
     #[test]

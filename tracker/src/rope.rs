@@ -120,6 +120,104 @@ impl AxialRope {
     }
 }
 
+impl AxialRope {
+    /// The cross-attention keys' rotation (`k` `[B, heads, Lk, D]`, f32 CPU): in each of the
+    /// first `memories * per_memory` tokens' memories, tokens `first .. first + self.len()`
+    /// rotate with the grid, all others (the 1-D latents and the trailing object pointers) pass
+    /// through. One pass instead of narrows, a rotation and two concatenations (candle's
+    /// strided copies, ~3 ns per value: ~8 ms per object and frame at 1024). Same arithmetic as
+    /// [`Self::apply`], so the result is bit-identical. `None` off the CPU path.
+    pub(crate) fn apply_to_memory_keys(
+        &self,
+        k: &Tensor,
+        memories: usize,
+        per_memory: usize,
+        first: usize,
+    ) -> Result<Option<Tensor>> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        if !k.device().is_cpu() || k.dtype() != DType::F32 {
+            return Ok(None);
+        }
+        let op = RotateMemoryKeysOp {
+            tables: host,
+            memories,
+            per_memory,
+            first,
+            spatial: self.len(),
+        };
+        Ok(Some(k.contiguous()?.apply_op1_no_bwd(&op)?))
+    }
+}
+
+/// See [`AxialRope::apply_to_memory_keys`].
+struct RotateMemoryKeysOp<'a> {
+    tables: &'a HostTables,
+    memories: usize,
+    per_memory: usize,
+    first: usize,
+    spatial: usize,
+}
+
+impl candle_core::CustomOp1 for RotateMemoryKeysOp<'_> {
+    fn name(&self) -> &'static str {
+        "axial-rope-memory-keys"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let x = crate::kernels::f32_slice(storage, layout, "memory keys")?;
+        let (_, _, lk, d) = layout.shape().dims4()?;
+        let rotated = self.memories * self.per_memory;
+        if self.first + self.spatial > self.per_memory
+            || rotated > lk
+            || self.tables.cos.len() != self.spatial * d
+        {
+            candle_core::bail!(
+                "memory keys {:?}: {} memories of {} tokens with {} rotated from {}",
+                layout.shape().dims(),
+                self.memories,
+                self.per_memory,
+                self.spatial,
+                self.first
+            );
+        }
+        const ROWS: usize = 256;
+        let out = crate::kernels::output_in_chunks(x.len(), ROWS * d.max(1), |i, o| {
+            for (j, (o, src)) in o
+                .chunks_exact_mut(d)
+                .zip(x[i * ROWS * d..].chunks_exact(d))
+                .enumerate()
+            {
+                let r = (i * ROWS + j) % lk;
+                let t = r % self.per_memory;
+                if r >= rotated || t < self.first || t >= self.first + self.spatial {
+                    o.copy_from_slice(src);
+                    continue;
+                }
+                let at = (t - self.first) * d;
+                let cos = &self.tables.cos[at..at + d];
+                let sin = &self.tables.sin[at..at + d];
+                for (((o, x), c), s) in o
+                    .chunks_exact_mut(2)
+                    .zip(src.chunks_exact(2))
+                    .zip(cos.chunks_exact(2))
+                    .zip(sin.chunks_exact(2))
+                {
+                    let (a, b) = (x[0], x[1]);
+                    o[0] = a * c[0] + (-b) * s[0];
+                    o[1] = b * c[1] + a * s[1];
+                }
+            }
+        });
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
 /// [`AxialRope::apply`] as one CPU pass (candle's path is six: two narrows, a negation, a
 /// concatenation, two broadcast products and a sum, each over the whole tensor). Per channel
 /// pair `(a, b)`: `(a * cos - ... )` written as the reference computes it, `a * cos + (-b) * sin`
