@@ -85,6 +85,111 @@ impl LayerNorm {
     }
 }
 
+impl LayerNorm {
+    /// A residual update and the pre-norm of what follows it: `(s, norm(s))` with `s = x + update`
+    /// over the last dimension. On the CPU one pass per row block (the sum is normalised while
+    /// in cache, instead of written by one op and read back by the next); the sum is the same
+    /// f32 add and the norm the same arithmetic as [`Module::forward`], so both are
+    /// bit-identical to the two ops.
+    pub fn add_and_norm(&self, x: &Tensor, update: &Tensor) -> Result<(Tensor, Tensor)> {
+        let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        let fused = [x, update, &self.weight, &self.bias]
+            .iter()
+            .all(|t| f32_cpu(t))
+            && x.dims() == update.dims()
+            && x.rank() >= 1;
+        if !fused {
+            let s = (x + update)?;
+            let n = self.forward(&s)?;
+            return Ok((s, n));
+        }
+        let op = AddNormOp {
+            norm: NormOp {
+                dim: x.rank() - 1,
+                eps: self.eps,
+            },
+            weight: self
+                .weight
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+            bias: self
+                .bias
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        };
+        let both = x
+            .contiguous()?
+            .apply_op2_no_bwd(&update.contiguous()?, &op)?;
+        Ok((both.get(0)?, both.get(1)?))
+    }
+}
+
+/// See [`LayerNorm::add_and_norm`]: output `[2, ..x's shape]` (the sum, then its norm).
+struct AddNormOp {
+    norm: NormOp,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl candle_core::CustomOp2 for AddNormOp {
+    fn name(&self) -> &'static str {
+        "add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s1, l1, "residual stream")?;
+        let u = f32_slice(s2, l2, "residual update")?;
+        let c = self.weight.len();
+        if c == 0 || x.len() != u.len() || l1.shape().dims().last() != Some(&c) {
+            candle_core::bail!(
+                "add + norm: {:?} + {:?} with {c} channels",
+                l1.shape().dims(),
+                l2.shape().dims()
+            );
+        }
+        let n = x.len();
+        let mut dims = vec![2];
+        dims.extend_from_slice(l1.shape().dims());
+        // Row blocks of 64 tokens: each task writes its rows of both halves.
+        const ROWS: usize = 64;
+        let mut out = vec![0f32; 2 * n];
+        let (sums, normed) = out.split_at_mut(n);
+        let tasks: Vec<(usize, (&mut [f32], &mut [f32]))> = sums
+            .chunks_mut(ROWS * c)
+            .zip(normed.chunks_mut(ROWS * c))
+            .enumerate()
+            .collect();
+        crate::kernels::run_tasks_with(
+            tasks,
+            threads(),
+            || (),
+            |_, (i, (sb, nb))| {
+                let at = i * ROWS * c;
+                for (((srow, nrow), xr), ur) in sb
+                    .chunks_exact_mut(c)
+                    .zip(nb.chunks_exact_mut(c))
+                    .zip(x[at..].chunks_exact(c))
+                    .zip(u[at..].chunks_exact(c))
+                {
+                    for ((s, &a), &b) in srow.iter_mut().zip(xr).zip(ur) {
+                        *s = a + b;
+                    }
+                    self.norm.row(srow, nrow, &self.weight, &self.bias);
+                }
+            },
+        );
+        Ok((CpuStorage::F32(out), Shape::from(dims)))
+    }
+}
+
 impl Module for LayerNorm {
     /// Normalises over the last dimension (token LayerNorm).
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -601,6 +706,29 @@ pub const TORCH_LAYER_NORM_EPS: f64 = 1e-5;
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    /// The fused residual add + norm against the add and the norm, bit for bit (rows not a
+    /// multiple of the task block).
+    #[test]
+    fn add_and_norm_equals_add_then_norm() -> Result<()> {
+        let dev = Device::Cpu;
+        let vb = crate::weights::random_var_builder(3, &dev);
+        let norm = LayerNorm::new(40, 1e-5, vb.pp("n"))?;
+        let x = Tensor::randn(0f32, 2.0, (2, 130, 40), &dev)?;
+        let u = Tensor::randn(1f32, 3.0, (2, 130, 40), &dev)?;
+        let (s, n) = norm.add_and_norm(&x, &u)?;
+        let want_s = (&x + &u)?;
+        let want_n = norm.forward(&want_s)?;
+        for (got, want) in [(s, want_s), (n, want_n)] {
+            assert_eq!(got.dims(), want.dims());
+            let (a, b) = (
+                got.flatten_all()?.to_vec1::<f32>()?,
+                want.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        }
+        Ok(())
+    }
 
     /// Deterministic pseudo-random values with a large common offset (the case a one-pass
     /// variance gets wrong).

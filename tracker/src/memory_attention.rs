@@ -77,6 +77,14 @@ impl RopeAttention {
             None => q_rope.apply(&k)?,
             Some(layout) => rotate_memory_keys(&k, k_rope, layout)?,
         };
+        // A query batch of 1 (an input shared by all objects) meets every object's keys.
+        let (kb, qb) = (k.dim(0)?, q.dim(0)?);
+        let q = if qb == 1 && kb > 1 {
+            let (_, h, l, d) = q.dims4()?;
+            q.broadcast_as((kb, h, l, d))?
+        } else {
+            q
+        };
         Ok(p.attend(&q, &k, &p.values(value)?)?)
     }
 }
@@ -194,32 +202,36 @@ impl MemoryAttentionLayer {
         rope: (&AxialRope, &AxialRope),
         layout: KeyLayout,
     ) -> Result<Tensor> {
-        let x = self.self_block(x, rope.0)?;
-        self.cross_block(&x, memory_key, memory, rope, layout)
+        let update = self.self_attn_update(x, rope.0)?;
+        self.forward_from_update(x, &update, memory_key, memory, rope, layout)
     }
 
-    /// The pre-norm self-attention with its residual: `x + self_attn(norm1(x))`.
-    fn self_block(&self, x: &Tensor, q_rope: &AxialRope) -> Result<Tensor> {
+    /// `self_attn(norm1(x))`, the self-attention's residual update.
+    fn self_attn_update(&self, x: &Tensor, q_rope: &AxialRope) -> Result<Tensor> {
         let q = self.layer_norm1.forward(x)?;
-        Ok((x + self.self_attn.forward(&q, &q, &q, q_rope, q_rope, None)?)?)
+        self.self_attn.forward(&q, &q, &q, q_rope, q_rope, None)
     }
 
-    /// The cross-attention to the memory and the MLP, each with its residual.
-    fn cross_block(
+    /// The whole layer from the self-attention's update onwards (`x` the layer input): the
+    /// residual adds fused with the next pre-norms.
+    fn forward_from_update(
         &self,
         x: &Tensor,
+        update: &Tensor,
         memory_key: &Tensor,
         memory: &Tensor,
         rope: (&AxialRope, &AxialRope),
         layout: KeyLayout,
     ) -> Result<Tensor> {
         let (q_rope, k_rope) = rope;
-        let q = self.layer_norm2.forward(x)?;
+        // With a shared input (batch 1 against `B` objects' memories) the sum, its norm and the
+        // cross-attention's query projection run once, then broadcast.
+        let (x, q) = self.layer_norm2.add_and_norm(x, update)?;
         let update =
             self.cross_attn_image
                 .forward(&q, memory_key, memory, q_rope, k_rope, Some(layout))?;
-        let x = (x + update)?;
-        let q = self.layer_norm3.forward(&x)?;
+        let x = x.broadcast_as(update.shape())?;
+        let (x, q) = self.layer_norm3.add_and_norm(&x, &update)?;
         Ok((&x + self.mlp.forward(&q)?)?)
     }
 }
@@ -499,10 +511,10 @@ impl MemoryAttention {
         let rope = (&self.query_rope, &self.key_rope);
         for (i, layer) in self.layers.iter().enumerate() {
             x = if shared_current && i == 0 {
-                // Same input for every object: self-attend once, then broadcast.
-                let shared = layer.self_block(&x, rope.0)?;
-                let shared = shared.broadcast_as((b, hw, c))?.contiguous()?;
-                layer.cross_block(&shared, &memory_key, memory, rope, layout)?
+                // Same input for every object: self-attend once (and everything up to the
+                // cross-attention's queries), then broadcast.
+                let update = layer.self_attn_update(&x, rope.0)?;
+                layer.forward_from_update(&x, &update, &memory_key, memory, rope, layout)?
             } else {
                 layer.forward(&x, &memory_key, memory, rope, layout)?
             };
