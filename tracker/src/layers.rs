@@ -162,7 +162,8 @@ impl candle_core::CustomOp2 for AddNormOp {
         const ROWS: usize = 64;
         let mut out = vec![0f32; 2 * n];
         let (sums, normed) = out.split_at_mut(n);
-        let tasks: Vec<(usize, (&mut [f32], &mut [f32]))> = sums
+        type Task<'a> = (usize, (&'a mut [f32], &'a mut [f32]));
+        let tasks: Vec<Task> = sums
             .chunks_mut(ROWS * c)
             .zip(normed.chunks_mut(ROWS * c))
             .enumerate()
