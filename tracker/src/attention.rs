@@ -96,7 +96,7 @@ impl CustomOp3 for FusedAttention {
             );
         }
         let shape = Shape::from((n, h, lq, d));
-        let mut out = vec![0f32; n * h * lq * d];
+        let mut out = crate::kernels::zeroed(n * h * lq * d);
         if out.is_empty() || lk == 0 {
             // No keys: the unfused path's product over an empty axis is zero as well.
             return Ok((CpuStorage::F32(out), shape));

@@ -125,7 +125,7 @@ impl CustomOp3 for FusedAttentionBf16 {
             candle_core::bail!("bf16 attention needs a CPU with AVX512-BF16");
         }
         let shape = Shape::from((n, h, lq, d));
-        let mut out = vec![0f32; n * h * lq * d];
+        let mut out = crate::kernels::zeroed(n * h * lq * d);
         if out.is_empty() || lk == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }

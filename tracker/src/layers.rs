@@ -160,7 +160,7 @@ impl candle_core::CustomOp2 for AddNormOp {
         dims.extend_from_slice(l1.shape().dims());
         // Row blocks of 64 tokens: each task writes its rows of both halves.
         const ROWS: usize = 64;
-        let mut out = vec![0f32; 2 * n];
+        let mut out = crate::kernels::zeroed(2 * n);
         let (sums, normed) = out.split_at_mut(n);
         type Task<'a> = (usize, (&'a mut [f32], &'a mut [f32]));
         let tasks: Vec<Task> = sums

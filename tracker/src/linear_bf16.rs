@@ -75,7 +75,7 @@ impl CustomOp1 for Bf16Linear {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = f32_slice(storage, layout, "linear input")?;
         let (rows, out_shape) = last_axis_map(layout, self.inputs, self.outputs, "bf16 linear")?;
-        let mut out = vec![0f32; rows * self.outputs];
+        let mut out = crate::kernels::zeroed(rows * self.outputs);
         if rows > 0 {
             let tasks: Vec<(usize, &mut [f32])> = out
                 .chunks_mut(ROWS_PER_TASK * self.outputs)

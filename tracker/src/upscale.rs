@@ -158,7 +158,7 @@ impl CustomOp2 for UpscaleOp<'_> {
         }
         let shape = Shape::from((n, c_out, 2 * h, 2 * w));
         let plane = 4 * hw; // one output channel
-        let mut out = vec![0f32; n * c_out * plane];
+        let mut out = crate::kernels::zeroed(n * c_out * plane);
         if out.is_empty() {
             return Ok((CpuStorage::F32(out), shape));
         }

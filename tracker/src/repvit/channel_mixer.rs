@@ -91,7 +91,7 @@ impl CustomOp2 for ChannelMixer<'_> {
         let x = f32_slice(storage, layout, "conv MLP input")?;
         let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
         let hw = height * width;
-        let mut out = vec![0f32; n * c * hw];
+        let mut out = crate::kernels::zeroed(n * c * hw);
         let shape = Shape::from((n, c, height, width));
         if hw == 0 || c == 0 {
             return Ok((CpuStorage::F32(out), shape));

@@ -300,7 +300,7 @@ impl FusedPointwise<'_> {
         }
         // Exact f32: blocks of pixels, each packed once; the bias (plus residual) and the GELU
         // run on the block while it is in cache instead of as passes over the whole output.
-        let mut out = vec![0f32; total];
+        let mut out = crate::kernels::zeroed(total);
         if hw == 0 || out_ch == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
@@ -526,7 +526,7 @@ impl CustomOp1 for DenseOp<'_> {
         let oh = (h + 2 * p).saturating_sub(k) / s + 1;
         let ow = (w + 2 * p).saturating_sub(k) / s + 1;
         let hw = oh * ow;
-        let mut out = vec![0f32; n * out_ch * hw];
+        let mut out = crate::kernels::zeroed(n * out_ch * hw);
         let shape = Shape::from((n, out_ch, oh, ow));
         if hw == 0 || out_ch == 0 {
             return Ok((CpuStorage::F32(out), shape));

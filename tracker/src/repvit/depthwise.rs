@@ -321,7 +321,7 @@ impl CustomOp1 for Kernel {
         let data = f32_slice(storage, layout, "depthwise conv input")?;
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
-        let mut out = vec![0f32; planes * oh * ow];
+        let mut out = crate::kernels::zeroed(planes * oh * ow);
         let threads = threads().clamp(1, planes.max(1));
         let per = planes.div_ceil(threads).max(1);
         #[cfg(target_arch = "x86_64")]
