@@ -72,6 +72,16 @@ pub(crate) fn zeroed(len: usize) -> Vec<f32> {
     output_in_chunks(len, 1 << 16, |_, _| {})
 }
 
+/// `w` output values at `p` as not-yet-written floats, for ops whose output is allocated without
+/// zeroing (every element written once by its task) and written through raw row pointers.
+///
+/// # Safety
+/// `p .. p + w` must lie inside the output's allocation and be written by this task only.
+pub(crate) unsafe fn uninit_row<'a>(p: *mut f32, w: usize) -> &'a mut [std::mem::MaybeUninit<f32>] {
+    // SAFETY: per the caller; `MaybeUninit<f32>` has `f32`'s layout.
+    unsafe { std::slice::from_raw_parts_mut(p.cast::<std::mem::MaybeUninit<f32>>(), w) }
+}
+
 /// [`output_in_chunks`] with per-worker scratch made by `scratch`.
 pub(crate) fn output_in_chunks_with<S>(
     len: usize,
