@@ -7,7 +7,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::f32_slice;
 
 /// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
 /// kernel benchmarks in `benches/`).
@@ -321,23 +321,17 @@ impl CustomOp1 for Kernel {
         let data = f32_slice(storage, layout, "depthwise conv input")?;
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
-        let mut out = crate::kernels::zeroed(planes * oh * ow);
-        let threads = threads().clamp(1, planes.max(1));
-        let per = planes.div_ceil(threads).max(1);
         #[cfg(target_arch = "x86_64")]
         let wide = std::arch::is_x86_feature_detected!("avx512f");
         #[cfg(not(target_arch = "x86_64"))]
         let wide = false;
-        std::thread::scope(|scope| {
-            for (t, chunk) in out.chunks_mut(per * oh * ow).enumerate() {
-                scope.spawn(move || {
-                    for (j, o) in chunk.chunks_mut(oh * ow).enumerate() {
-                        let plane = t * per + j;
-                        let inp = &data[plane * h * w..(plane + 1) * h * w];
-                        self.plane_dispatch(wide, plane % c, inp, h, w, o, oh, ow);
-                    }
-                });
-            }
+        // One plane per task, handed out dynamically (the machine is shared); each plane is
+        // zeroed by its worker right before the kernel writes it (in cache: one pass over
+        // the output instead of a separate zeroing pass).
+        let plane_len = oh * ow;
+        let out = crate::kernels::output_in_chunks(planes * plane_len, plane_len, |plane, o| {
+            let inp = &data[plane * h * w..(plane + 1) * h * w];
+            self.plane_dispatch(wide, plane % c, inp, h, w, o, oh, ow);
         });
         Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
     }
