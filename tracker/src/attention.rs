@@ -96,23 +96,16 @@ impl CustomOp3 for FusedAttention {
             );
         }
         let shape = Shape::from((n, h, lq, d));
-        let mut out = crate::kernels::zeroed(n * h * lq * d);
-        if out.is_empty() || lk == 0 {
+        let len = n * h * lq * d;
+        if len == 0 || lk == 0 {
             // No keys: the unfused path's product over an empty axis is zero as well.
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((CpuStorage::F32(vec![0f32; len]), shape));
         }
         let dims = Dims {
             lk,
             d,
             scale: self.scale,
         };
-        // Tasks: disjoint output tiles, handed out dynamically (the machine is shared).
-        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
-        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
-            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
-                tasks.push((bh, t * TILE_Q, tile));
-            }
-        }
         // The keys (transposed) and values of every batch x head, packed once for all query
         // tiles (the `gemm` crate re-packed them per tile).
         let (keys, values) = std::thread::scope(|scope| {
@@ -127,10 +120,35 @@ impl CustomOp3 for FusedAttention {
             (keys.join(), values)
         });
         let keys = keys.map_err(|_| candle_core::Error::Msg("attention: packing failed".into()))?;
+        let scratch = || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]);
+        // Tasks: disjoint output tiles of `tile_rows` queries, handed out dynamically (the
+        // machine is shared). When the tiles divide every batch x head block, each is zeroed
+        // by its worker right before use (no separate zeroing pass over the output).
+        let tile_rows = TILE_Q.min(lq);
+        if lq.is_multiple_of(tile_rows) {
+            let out = crate::kernels::output_in_chunks_with(
+                len,
+                tile_rows * d,
+                scratch,
+                |(scores, stats), i, tile| {
+                    let (bh, q0) = (i * tile_rows / lq, i * tile_rows % lq);
+                    let qt = &q[(bh * lq + q0) * d..][..tile.len()];
+                    attend_tile(qt, &keys[bh], &values[bh], tile, scores, stats, dims);
+                },
+            );
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let mut out = crate::kernels::zeroed(len);
+        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
+        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
+            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
+                tasks.push((bh, t * TILE_Q, tile));
+            }
+        }
         run_tasks_with(
             tasks,
             threads(),
-            || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]),
+            scratch,
             |(scores, stats), (bh, q0, tile)| {
                 let rows = tile.len() / d;
                 let qt = &q[(bh * lq + q0) * d..][..rows * d];
