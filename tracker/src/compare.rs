@@ -21,6 +21,17 @@ fn flat_f64(t: &Tensor) -> Result<Vec<f64>> {
     Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?)
 }
 
+/// Whether two tensors have the same shape and the same f32 values bit for bit: the check of the
+/// CPU ops that replace tensor-op paths with the same arithmetic.
+pub fn same_bits(a: &Tensor, b: &Tensor) -> candle_core::Result<bool> {
+    if a.dims() != b.dims() {
+        return Ok(false);
+    }
+    let flat = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+    let (x, y) = (flat(a)?, flat(b)?);
+    Ok(x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()))
+}
+
 /// Compares two tensors of the same shape (any float or integer dtype).
 pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
     if actual.dims() != expected.dims() {

@@ -721,12 +721,7 @@ mod tests {
         let want_s = (&x + &u)?;
         let want_n = norm.forward(&want_s)?;
         for (got, want) in [(s, want_s), (n, want_n)] {
-            assert_eq!(got.dims(), want.dims());
-            let (a, b) = (
-                got.flatten_all()?.to_vec1::<f32>()?,
-                want.flatten_all()?.to_vec1::<f32>()?,
-            );
-            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+            assert!(crate::compare::same_bits(&got, &want)?);
         }
         Ok(())
     }

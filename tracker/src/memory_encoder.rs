@@ -474,19 +474,9 @@ mod tests {
                 scale: cfg.sigmoid_scale_for_mem_enc as f32,
                 bias: cfg.sigmoid_bias_for_mem_enc as f32,
             };
-            let fast = high
-                .apply_op1_no_bwd(&op)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            let slow = mask_input_by_tensor_ops(&cfg, &high, source)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            assert!(
-                fast.iter()
-                    .zip(&slow)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{source:?}"
-            );
+            let fast = high.apply_op1_no_bwd(&op)?;
+            let slow = mask_input_by_tensor_ops(&cfg, &high, source)?;
+            assert!(crate::compare::same_bits(&fast, &slow)?, "{source:?}");
         }
         Ok(())
     }
@@ -502,14 +492,7 @@ mod tests {
             let fused = l.conv.forward_norm_gelu(&x, &l.host_norm)?;
             let fused = fused.ok_or_else(|| Error::InvalidImage("no fused path".into()))?;
             let plain = gelu(&l.norm.forward(&l.conv.forward(&x)?)?)?;
-            let (a, b) = (
-                fused.flatten_all()?.to_vec1::<f32>()?,
-                plain.flatten_all()?.to_vec1::<f32>()?,
-            );
-            assert!(
-                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "layer {i}"
-            );
+            assert!(crate::compare::same_bits(&fused, &plain)?, "layer {i}");
             x = plain;
         }
         Ok(())

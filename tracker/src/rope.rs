@@ -29,6 +29,26 @@ struct HostTables {
     sin: Vec<f32>,
 }
 
+impl HostTables {
+    /// Rotates `src` into `out` with the tables from value `at` on. Per channel pair `(a, b)`:
+    /// `a * cos + (-b) * sin` and `b * cos + a * sin`, each product rounded then summed (no fused
+    /// multiply-add), the reference's order.
+    fn rotate(&self, src: &[f32], at: usize, out: &mut [f32]) {
+        let cos = &self.cos[at..at + out.len()];
+        let sin = &self.sin[at..at + out.len()];
+        for (((o, x), c), s) in out
+            .chunks_exact_mut(2)
+            .zip(src.chunks_exact(2))
+            .zip(cos.chunks_exact(2))
+            .zip(sin.chunks_exact(2))
+        {
+            let (a, b) = (x[0], x[1]);
+            o[0] = a * c[0] + (-b) * s[0];
+            o[1] = b * c[1] + a * s[1];
+        }
+    }
+}
+
 impl AxialRope {
     /// Tables for a `grid = [width, height]` grid (transformers' `rope_feat_sizes` order) and
     /// heads of `head_dim` channels (a multiple of 4: two axes, pairs of channels).
@@ -200,18 +220,7 @@ impl candle_core::CustomOp1 for RotateMemoryKeysOp<'_> {
                     continue;
                 }
                 let at = (t - self.first) * d;
-                let cos = &self.tables.cos[at..at + d];
-                let sin = &self.tables.sin[at..at + d];
-                for (((o, x), c), s) in o
-                    .chunks_exact_mut(2)
-                    .zip(src.chunks_exact(2))
-                    .zip(cos.chunks_exact(2))
-                    .zip(sin.chunks_exact(2))
-                {
-                    let (a, b) = (x[0], x[1]);
-                    o[0] = a * c[0] + (-b) * s[0];
-                    o[1] = b * c[1] + a * s[1];
-                }
+                self.tables.rotate(src, at, o);
             }
         });
         Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
@@ -254,19 +263,7 @@ impl candle_core::CustomOp1 for RotateOp<'_> {
         let out = crate::kernels::output_in_chunks(x.len(), chunk, |i, o| {
             let start = i * chunk;
             let src = &x[start..start + o.len()];
-            let t0 = start % table;
-            let cos = &self.tables.cos[t0..t0 + o.len()];
-            let sin = &self.tables.sin[t0..t0 + o.len()];
-            for (((o, x), c), s) in o
-                .chunks_exact_mut(2)
-                .zip(src.chunks_exact(2))
-                .zip(cos.chunks_exact(2))
-                .zip(sin.chunks_exact(2))
-            {
-                let (a, b) = (x[0], x[1]);
-                o[0] = a * c[0] + (-b) * s[0];
-                o[1] = b * c[1] + a * s[1];
-            }
+            self.tables.rotate(src, start % table, o);
         });
         Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
     }
