@@ -44,15 +44,30 @@ pub struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
     eps: f64,
+    /// Host copies of f32 CPU parameters, for [`Self::add_and_norm`]'s fused pass.
+    host: Option<std::sync::Arc<HostNorm>>,
 }
 
 impl LayerNorm {
     /// Loads `weight`/`bias` of size `size` from `vb`.
     pub fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get(size, "weight")?;
+        let bias = vb.get(size, "bias")?;
+        let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        let host = if cpu_f32(&weight) && cpu_f32(&bias) {
+            Some(std::sync::Arc::new(HostNorm {
+                weight: weight.to_vec1::<f32>()?,
+                bias: bias.to_vec1::<f32>()?,
+                eps,
+            }))
+        } else {
+            None
+        };
         Ok(Self {
-            weight: vb.get(size, "weight")?,
-            bias: vb.get(size, "bias")?,
+            weight,
+            bias,
             eps,
+            host,
         })
     }
 
@@ -93,31 +108,21 @@ impl LayerNorm {
     /// bit-identical to the two ops.
     pub fn add_and_norm(&self, x: &Tensor, update: &Tensor) -> Result<(Tensor, Tensor)> {
         let f32_cpu = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-        let fused = [x, update, &self.weight, &self.bias]
-            .iter()
-            .all(|t| f32_cpu(t))
-            && x.dims() == update.dims()
-            && x.rank() >= 1;
-        if !fused {
-            let s = (x + update)?;
-            let n = self.forward(&s)?;
-            return Ok((s, n));
-        }
+        let fused = f32_cpu(x) && f32_cpu(update) && x.dims() == update.dims() && x.rank() >= 1;
+        let host = match &self.host {
+            Some(h) if fused => h,
+            _ => {
+                let s = (x + update)?;
+                let n = self.forward(&s)?;
+                return Ok((s, n));
+            }
+        };
         let op = AddNormOp {
             norm: NormOp {
                 dim: x.rank() - 1,
                 eps: self.eps,
             },
-            weight: self
-                .weight
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
-            bias: self
-                .bias
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
+            host,
         };
         let both = x
             .contiguous()?
@@ -127,13 +132,12 @@ impl LayerNorm {
 }
 
 /// See [`LayerNorm::add_and_norm`]: output `[2, ..x's shape]` (the sum, then its norm).
-struct AddNormOp {
+struct AddNormOp<'a> {
     norm: NormOp,
-    weight: Vec<f32>,
-    bias: Vec<f32>,
+    host: &'a HostNorm,
 }
 
-impl candle_core::CustomOp2 for AddNormOp {
+impl candle_core::CustomOp2 for AddNormOp<'_> {
     fn name(&self) -> &'static str {
         "add-layer-norm"
     }
@@ -147,7 +151,8 @@ impl candle_core::CustomOp2 for AddNormOp {
     ) -> Result<(CpuStorage, Shape)> {
         let x = f32_slice(s1, l1, "residual stream")?;
         let u = f32_slice(s2, l2, "residual update")?;
-        let c = self.weight.len();
+        let (weight, bias) = (&self.host.weight, &self.host.bias);
+        let c = weight.len();
         if c == 0 || x.len() != u.len() || l1.shape().dims().last() != Some(&c) {
             candle_core::bail!(
                 "add + norm: {:?} + {:?} with {c} channels",
@@ -183,7 +188,7 @@ impl candle_core::CustomOp2 for AddNormOp {
                     for ((s, &a), &b) in srow.iter_mut().zip(xr).zip(ur) {
                         *s = a + b;
                     }
-                    self.norm.row(srow, nrow, &self.weight, &self.bias);
+                    self.norm.row(srow, nrow, weight, bias);
                 }
             },
         );
@@ -479,6 +484,9 @@ impl LayerNorm2d {
 
     /// Host copies of the parameters, for CPU ops that fuse the norm into their output pass.
     pub(crate) fn host(&self) -> Result<HostNorm> {
+        if let Some(h) = &self.inner.host {
+            return Ok(HostNorm::clone(h));
+        }
         let get = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
         Ok(HostNorm {
             weight: get(&self.inner.weight)?,
@@ -742,11 +750,13 @@ mod tests {
             weight: Tensor::new(data(c).as_slice(), &dev)?.affine(0.1, -2.0)?,
             bias: Tensor::new(data(c).as_slice(), &dev)?.affine(0.05, -1.0)?,
             eps: 1e-6,
+            host: None,
         };
         let norm64 = LayerNorm {
             weight: norm.weight.to_dtype(DType::F64)?,
             bias: norm.bias.to_dtype(DType::F64)?,
             eps: 1e-6,
+            host: None,
         };
         for (shape, dim) in [(vec![3, 37, c], 2), (vec![2, c, 9, 70], 1), (vec![c, 5], 0)] {
             let x = Tensor::from_vec(data(shape.iter().product()), shape.as_slice(), &dev)?;
