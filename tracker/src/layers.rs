@@ -402,40 +402,21 @@ pub(crate) struct HostNorm {
 }
 
 impl HostNorm {
-    /// Normalises in place the columns of a block given as its channel rows (`rows[c]`, all of
-    /// one length), with [`NormOp`]'s arithmetic: f64 mean and centred variance summed over the
-    /// channels in order, mean and denominator rounded to f32. `acc` is scratch.
-    pub(crate) fn normalize_columns(&self, mut rows: Vec<&mut [f32]>, acc: &mut Vec<f64>) {
-        let channels = rows.len();
-        let Some(n) = rows.first().map(|r| r.len()) else {
-            return;
-        };
-        acc.clear();
-        acc.resize(2 * n, 0.0);
-        let (sums, sq) = acc.split_at_mut(n);
-        for row in &rows {
-            for (a, &v) in sums.iter_mut().zip(row.iter()) {
-                *a += f64::from(v);
-            }
-        }
-        // Means rounded to f32, stored back in the f64 scratch.
-        sums.iter_mut()
-            .for_each(|a| *a = f64::from((*a / channels as f64) as f32));
-        for row in &rows {
-            for ((a, &v), &m) in sq.iter_mut().zip(row.iter()).zip(sums.iter()) {
-                let d = f64::from(v - m as f32);
-                *a += d * d;
-            }
-        }
+    /// Normalises in place the first `n` columns of a channels-first block (channel rows
+    /// `stride` floats apart): [`NormOp::columns`]' statistics, then its per-value formula, so
+    /// the result is that of [`LayerNorm2d::forward`].
+    pub(crate) fn normalize_columns(&self, block: &mut [f32], stride: usize, n: usize) {
+        let channels = self.weight.len();
         let op = NormOp {
             dim: 1,
             eps: self.eps,
         };
-        sq.iter_mut()
-            .for_each(|a| *a = f64::from(op.denom(*a, channels)));
-        for ((row, &w), &b) in rows.iter_mut().zip(&self.weight).zip(&self.bias) {
-            for ((o, &m), &d) in row.iter_mut().zip(sums.iter()).zip(sq.iter()) {
-                *o = (*o - m as f32) / d as f32 * w + b;
+        let (mut mean, mut den) = (vec![0f32; n], vec![0f32; n]);
+        op.columns(block, stride, channels, &mut mean, &mut den);
+        for (c, (&w, &b)) in self.weight.iter().zip(&self.bias).enumerate() {
+            let row = &mut block[c * stride..c * stride + n];
+            for ((o, &m), &d) in row.iter_mut().zip(&mean).zip(&den) {
+                *o = (*o - m) / d * w + b;
             }
         }
     }

@@ -120,7 +120,6 @@ struct Scratch {
     y: Vec<f32>,
     /// The interleaved output block `[C_out, 2 rows, 2w]`.
     block: Vec<f32>,
-    stats: Vec<f64>,
 }
 
 impl CustomOp2 for UpscaleOp<'_> {
@@ -175,7 +174,6 @@ impl CustomOp2 for UpscaleOp<'_> {
                 packed: PackedB::zeroed(c_in, max_pixels),
                 y: vec![0f32; m * max_pixels],
                 block: vec![0f32; c_out * 4 * max_pixels],
-                stats: Vec::new(),
             },
             |s, task| {
                 let (b, t) = (task / tiles, task % tiles);
@@ -233,10 +231,7 @@ impl CustomOp2 for UpscaleOp<'_> {
                     }
                 }
                 if let Some(norm) = self.norm {
-                    norm.normalize_columns(
-                        block.chunks_exact_mut(block_plane).collect(),
-                        &mut s.stats,
-                    );
+                    norm.normalize_columns(block, block_plane, block_plane);
                 }
                 crate::repvit::gelu::gelu_slice(block);
                 let base = (out_addr as *mut f32).wrapping_add(b * c_out * plane + 2 * i0 * ow);

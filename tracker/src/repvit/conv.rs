@@ -544,7 +544,6 @@ impl CustomOp1 for DenseOp<'_> {
                 scope.spawn(move || {
                     let mut cols = vec![0f32; kk * DENSE_CHUNK];
                     let mut packed = PackedB::zeroed(kk, DENSE_CHUNK);
-                    let mut stats = Vec::new();
                     let mut block = vec![0f32; out_ch * LDC];
                     for job in (t..jobs).step_by(threads) {
                         let (b, ci) = (job / chunks, job % chunks);
@@ -600,9 +599,7 @@ impl CustomOp1 for DenseOp<'_> {
                             );
                         }
                         if let DenseEpilogue::NormGelu(norm) = self.epilogue {
-                            let rows: Vec<&mut [f32]> =
-                                block.chunks_mut(LDC).map(|r| &mut r[..np]).collect();
-                            norm.normalize_columns(rows, &mut stats);
+                            norm.normalize_columns(&mut block, LDC, np);
                         }
                         let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
                         for (o, row) in block.chunks(LDC).enumerate() {
