@@ -160,18 +160,12 @@ impl ImageEmbedding {
     /// The raw stride-16 FPN level `[1, C, e, e]` (what memory attention and the memory encoder
     /// read).
     pub fn level2(&self) -> Result<&Tensor> {
-        self.features
-            .fpn
-            .last()
-            .ok_or_else(|| Error::InvalidImage("image features have no levels".into()))
+        Ok(&self.features.level2)
     }
 
     /// The sine position encoding of [`Self::level2`].
     pub fn level2_pos(&self) -> Result<&Tensor> {
-        self.features
-            .pos
-            .last()
-            .ok_or_else(|| Error::InvalidImage("image features have no positions".into()))
+        Ok(&self.features.level2_pos)
     }
 }
 
@@ -223,7 +217,7 @@ pub enum MultimaskMode {
 pub struct EdgeTam {
     config: EdgeTamConfig,
     device: Device,
-    image_encoder: ImageEncoder,
+    pub(crate) image_encoder: ImageEncoder,
     prompt_encoder: PromptEncoder,
     image_pe: ImagePositionalEmbedding,
     mask_decoder: MaskDecoder,
@@ -433,9 +427,7 @@ impl EdgeTam {
     ) -> Result<ImageEmbedding> {
         let start = std::time::Instant::now();
         let features = self.image_encoder.forward(pixels)?;
-        let level2 = features.fpn.last().ok_or_else(|| {
-            Error::InvalidImage("image encoder returned no feature levels".into())
-        })?;
+        let level2 = &features.level2;
         let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
         let embed = level2.broadcast_add(&no_mem)?;
         Ok(ImageEmbedding {

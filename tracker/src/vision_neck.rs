@@ -67,17 +67,31 @@ impl VisionNeck {
     }
 
     fn features(&self, stages: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
+        let n = self.check_levels(stages)?;
+        // Keep the `num_feature_levels` shallowest levels (EdgeTAM drops the deepest).
+        let mut levels = self.top_down(stages, 0)?;
+        levels.truncate(self.num_feature_levels.min(n));
+        Ok(levels)
+    }
+
+    fn check_levels(&self, stages: &[Tensor]) -> candle_core::Result<usize> {
         let n = self.convs.len();
         if stages.len() != n {
             candle_core::bail!("FPN neck expects {n} backbone levels, got {}", stages.len());
         }
-        // Top-down, from the deepest level, exactly as the reference loops.
+        Ok(n)
+    }
+
+    /// FPN levels `lowest..n`, shallow first: the top-down path from the deepest level, exactly
+    /// as the reference loops, stopped at `lowest` (levels below it are not computed).
+    fn top_down(&self, stages: &[Tensor], lowest: usize) -> candle_core::Result<Vec<Tensor>> {
+        let n = self.check_levels(stages)?;
         let mut levels: Vec<Tensor> = Vec::with_capacity(n);
         let mut prev: Option<Tensor> = None;
-        for i in (0..n).rev() {
+        for i in (lowest..n).rev() {
             let lateral = self.convs[n - 1 - i].forward(&stages[i])?;
             let feat = match &prev {
-                Some(p) if self.top_down_levels.contains(&i) && i != n - 1 => {
+                Some(p) if !self.lateral_only(i) => {
                     let (_, _, h, w) = p.dims4()?;
                     (lateral + p.upsample_nearest2d(2 * h, 2 * w)?)?
                 }
@@ -86,9 +100,44 @@ impl VisionNeck {
             prev = Some(feat.clone());
             levels.push(feat);
         }
-        // `levels` runs deep -> shallow; keep the last `num_feature_levels`, shallow first.
-        let keep = self.num_feature_levels.min(n);
-        Ok(levels.into_iter().skip(n - keep).rev().collect())
+        levels.reverse();
+        Ok(levels)
+    }
+
+    /// Backbone index of the deepest kept level (the stride-16 image embedding in EdgeTAM).
+    pub fn embedding_level(&self) -> usize {
+        self.num_feature_levels
+            .min(self.convs.len())
+            .saturating_sub(1)
+    }
+
+    /// Level `embedding_level()` and its position encoding, computing only the top-down path
+    /// that feeds it (EdgeTAM: the two deepest laterals), not the high-resolution levels.
+    pub fn embedding(&self, stages: &[Tensor]) -> candle_core::Result<(Tensor, Tensor)> {
+        let i = self.embedding_level();
+        let level = self
+            .top_down(stages, i)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| candle_core::Error::Msg("the FPN neck has no levels".into()))?;
+        let (_, c, h, w) = level.dims4()?;
+        let pos = match self.pos.get(i) {
+            Some(p) if p.dims() == [1, c, h, w] => p.clone(),
+            _ => position(c, h, w, level.device())?,
+        };
+        Ok((level, pos))
+    }
+
+    /// Whether FPN level `i` (backbone index) is its lateral conv alone, with nothing from the
+    /// top-down path: then a 1x1 conv applied to it composes with the lateral into one conv.
+    pub fn lateral_only(&self, i: usize) -> bool {
+        i + 1 >= self.convs.len() || !self.top_down_levels.contains(&i)
+    }
+
+    /// The lateral 1x1 conv of backbone level `i`.
+    pub(crate) fn lateral(&self, i: usize) -> Option<&Pointwise> {
+        let n = self.convs.len();
+        (i < n).then(|| &self.convs[n - 1 - i])
     }
 }
 

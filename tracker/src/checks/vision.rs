@@ -57,11 +57,11 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
     };
     let encoder =
         ImageEncoder::new(cfg, weights.var_builder(&device)).map_err(|e| weights.lift(e))?;
-    let (features, stages) = encoder.forward_with_stages(&pixels)?;
-    for (i, s) in stages.iter().enumerate() {
+    let (features, neck) = encoder.forward_with_neck(&pixels)?;
+    for (i, s) in neck.stages.iter().enumerate() {
         reports.push(check(&format!("backbone.stage{i}"), s, fx)?);
     }
-    for (i, (f, p)) in features.fpn.iter().zip(&features.pos).enumerate() {
+    for (i, (f, p)) in neck.fpn.iter().zip(&neck.pos).enumerate() {
         reports.push(check(&format!("neck.fpn{i}"), f, fx)?);
         reports.push(check(&format!("neck.pos{i}"), p, fx)?);
     }

@@ -97,6 +97,29 @@ impl Pointwise {
         };
     }
 
+    /// `next(self(x))` as one 1x1 conv: `W = W_next W_self`, `b = W_next b_self + b_next`
+    /// (computed in f64, stored f32). Exact algebra; only float rounding differs from running the
+    /// two convs. Worth it when the middle is wide: the FPN's 256-channel stride-4 lateral
+    /// followed by the decoder's 32-channel `conv_s0` becomes one 48 -> 32 conv.
+    pub(crate) fn then(&self, next: &Pointwise) -> candle_core::Result<Pointwise> {
+        let (mid, inp) = self.weight.dims2()?;
+        let (out, next_in) = next.weight.dims2()?;
+        if next_in != mid {
+            candle_core::bail!("composing 1x1 convs {inp} -> {mid} and {next_in} -> {out}");
+        }
+        let w1 = self.weight.to_dtype(DType::F64)?;
+        let b1 = self.bias.to_dtype(DType::F64)?;
+        let w2 = next.weight.to_dtype(DType::F64)?;
+        let b2 = next.bias.to_dtype(DType::F64)?;
+        let weight = w2.matmul(&w1)?.to_dtype(DType::F32)?;
+        let bias = (w2.matmul(&b1)? + b2)?.to_dtype(DType::F32)?;
+        let mut composed = Pointwise::new(&weight, &bias)?;
+        if self.bf16.is_some() || next.bf16.is_some() {
+            composed.set_bf16(true);
+        }
+        Ok(composed)
+    }
+
     /// A plain `nn.Conv2d(in, out, 1)` with bias, read from `vb` (`weight`, `bias`).
     pub(crate) fn load(vb: &VarBuilder, in_ch: usize, out_ch: usize) -> candle_core::Result<Self> {
         let w = vb.get((out_ch, in_ch, 1, 1), "weight")?;
