@@ -9,4 +9,5 @@ mod names;
 
 /// Keep freed activation buffers in the heap (glibc): see [`tracker::allocator`].
 pub use edgetam_tracker::allocator::keep_freed_memory;
+pub use edgetam_tracker::kernels::pin_default_threads;
 pub use names::natural_cmp;

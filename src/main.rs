@@ -340,8 +340,10 @@ fn print_check_header(fixtures: &Path, image_size: usize, model: &Path, device: 
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: a fixed compute thread count (candle re-detects it per product
+    // otherwise), and freed activation buffers reused instead of re-faulted every frame.
+    edgetam::pin_default_threads();
     let cli = Cli::parse();
-    // Reuse freed activation buffers instead of re-faulting them every frame.
     edgetam::keep_freed_memory();
     let result = match cli.command {
         Command::Segment(args) => segment(args).map(|_| true),
