@@ -34,17 +34,16 @@ impl PerceiverAttention {
         })
     }
 
-    /// `query` `[N, Lq, C]`, `kv` `[N, Lk, C]`, `pos` `[N, Lk, heads * head_dim]`.
-    fn forward(&self, query: &Tensor, kv: &Tensor, pos: Option<&Tensor>) -> Result<Tensor> {
+    /// `query` `[N, Lq, C]`, `kv` `[N, Lk, C]` (self-attention: no position).
+    fn forward(&self, query: &Tensor, kv: &Tensor) -> Result<Tensor> {
         let p = &self.proj;
-        let mut k = p.keys(kv)?;
-        let mut v = p.values(kv)?;
-        if let Some(pos) = pos {
-            let pos = p.split_heads(pos)?;
-            k = (k + &pos)?;
-            v = (v + &pos)?;
-        }
-        Ok(p.attend(&p.queries(query)?, &k, &v)?)
+        self.attend(query, &p.keys(kv)?, &p.values(kv)?)
+    }
+
+    /// `query` `[N, Lq, C]` against keys and values already projected, `[N, heads, Lk, hd]`.
+    fn attend(&self, query: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let p = &self.proj;
+        Ok(p.attend(&p.queries(query)?, k, v)?)
     }
 
     /// Self-attention of a single token: the softmax over one score is exactly 1, so the output
@@ -108,16 +107,24 @@ impl EncoderLayer {
         })
     }
 
-    fn forward(&self, latents: &Tensor, input: &Tensor, pos: Option<&Tensor>) -> Result<Tensor> {
-        let q = self.norm_latents.forward(latents)?;
+    /// The memory tokens `[N, L, C]` normed and projected to the cross-attention's keys and
+    /// values `[N, heads, L, hd]` (before any position): the same for both paths.
+    fn project_input(&self, input: &Tensor) -> Result<(Tensor, Tensor)> {
         let kv = self.norm_input.forward(input)?;
-        let latents = (latents + self.cross_attention.forward(&q, &kv, pos)?)?;
+        let p = &self.cross_attention.proj;
+        Ok((p.keys(&kv)?, p.values(&kv)?))
+    }
+
+    /// The layer on `latents` `[N, Lq, C]` given the cross-attention's keys and values.
+    fn forward(&self, latents: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let q = self.norm_latents.forward(latents)?;
+        let latents = (latents + self.cross_attention.attend(&q, k, v)?)?;
         let latents = (&latents + self.mlp.forward(&latents)?)?;
         let s = self.norm_self.forward(&latents)?;
         let attn = if s.dim(1)? == 1 {
             self.self_attention.forward_single_token(&s)?
         } else {
-            self.self_attention.forward(&s, &s, None)?
+            self.self_attention.forward(&s, &s)?
         };
         let latents = (&latents + attn)?;
         Ok((&latents + self.self_mlp.forward(&latents)?)?)
@@ -202,72 +209,102 @@ impl SpatialPerceiver {
             )));
         }
         let feats = feats.to_dtype(DType::F32)?;
-        let mut memory = Vec::new();
-        let mut positions = Vec::new();
-        if let Some(lat) = &self.latents_1d {
-            let (m, p) = self.forward_1d(lat, &feats, &pos.to_dtype(DType::F32)?)?;
-            memory.push(m);
-            positions.push(p);
-        }
-        if let Some(lat) = &self.latents_2d {
-            let (m, p) = self.forward_2d(lat, &feats)?;
-            memory.push(m);
-            positions.push(p);
-        }
-        if memory.is_empty() {
+        let (b, _, h, w) = feats.dims4()?;
+        let (n1, n2) = (self.latents_1d.as_ref(), self.latents_2d.as_ref());
+        if n1.is_none() && n2.is_none() {
             return Err(config_error("the perceiver has no latents".into()));
         }
-        Ok((Tensor::cat(&memory, 1)?, Tensor::cat(&positions, 1)?))
-    }
-
-    /// All latents attend to all tokens, with the memory position on keys and values.
-    fn forward_1d(&self, lat: &Tensor, feats: &Tensor, pos: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (b, c, _, _) = feats.dims4()?;
-        let tokens = to_tokens(feats)?;
-        let pos = to_tokens(pos)?;
-        let mut latents = lat.unsqueeze(0)?.repeat((b, 1, 1))?;
-        for layer in &self.layers {
-            latents = layer.forward(&latents, &tokens, Some(&pos))?;
-        }
-        let latents = self.norm.forward(&latents)?;
-        let n = latents.dim(1)?;
-        let zeros = Tensor::zeros((b, n, c), DType::F32, feats.device())?;
-        Ok((latents, zeros))
-    }
-
-    /// Latent `i` attends to window `i` (row-major over the window grid), no position.
-    fn forward_2d(&self, lat: &Tensor, feats: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (b, c, h, w) = feats.dims4()?;
+        // Tokens in window order (window-major, row-major inside a window): each 2-D window is
+        // then a contiguous run of tokens, and the 1-D path, which attends to all tokens, does
+        // not depend on their order. Both paths run the same layers on the same tokens, so the
+        // normed input and its key/value projections are computed once per layer for both.
         let n = self.windows_per_side;
-        // transformers: window = h / n, and its view of the latents needs exactly n x n windows.
-        let ws = h / n;
-        if ws == 0 || h != n * ws || w != n * ws {
+        let ws = if n2.is_some() { h / n.max(1) } else { 0 };
+        if n2.is_some() && (ws == 0 || h != n * ws || w != n * ws) {
+            // transformers: window = h / n, and its view of the latents needs n x n windows.
             return Err(Error::InvalidImage(format!(
                 "the perceiver's 2-D path needs a square memory grid divisible into {n}x{n} \
                  windows, got {h}x{w}"
             )));
         }
-        // [B, C, n, ws, n, ws] -> [B, n, n, ws, ws, C] -> [B*n*n, ws*ws, C]
-        let windows = feats
-            .reshape((b, c, n, ws, n, ws))?
-            .permute((0, 2, 4, 3, 5, 1))?
-            .contiguous()?
-            .reshape((b * n * n, ws * ws, c))?;
-        let mut latents = lat
-            .unsqueeze(0)?
-            .repeat((b, 1, 1))?
-            .reshape((b * n * n, 1, c))?;
+        let order = |x: &Tensor| -> candle_core::Result<Tensor> {
+            if n2.is_some() {
+                window_major_tokens(x, n, ws)
+            } else {
+                to_tokens(x)
+            }
+        };
+        let tokens = order(&feats)?;
+        let heads_pos = match n1 {
+            Some(_) => {
+                let pos = order(&pos.to_dtype(DType::F32)?)?;
+                Some(self.layers[0].cross_attention.proj.split_heads(&pos)?)
+            }
+            None => None,
+        };
+        let mut lat1 = n1.map(|l| l.unsqueeze(0)?.repeat((b, 1, 1))).transpose()?;
+        let mut lat2 = n2
+            .map(|l| {
+                l.unsqueeze(0)?
+                    .repeat((b, 1, 1))?
+                    .reshape((b * n * n, 1, self.hidden))
+            })
+            .transpose()?;
         for layer in &self.layers {
-            latents = layer.forward(&latents, &windows, None)?;
+            let (k, v) = layer.project_input(&tokens)?;
+            if let (Some(lat), Some(pos)) = (&lat1, &heads_pos) {
+                // 1-D: the memory position on the projected keys and values.
+                lat1 = Some(layer.forward(lat, &(&k + pos)?, &(&v + pos)?)?);
+            }
+            if let Some(lat) = &lat2 {
+                lat2 =
+                    Some(layer.forward(lat, &per_window(&k, n * n)?, &per_window(&v, n * n)?)?);
+            }
         }
-        let latents = self.norm.forward(&latents.reshape((b, n * n, c))?)?;
-        let pos = sine_position_embedding(c, n, n, feats.device())?
-            .reshape((1, c, n * n))?
-            .transpose(1, 2)?
-            .repeat((b, 1, 1))?
-            .contiguous()?;
-        Ok((latents, pos))
+        let mut memory = Vec::new();
+        let mut positions = Vec::new();
+        let c = self.hidden;
+        if let Some(lat) = lat1 {
+            let lat = self.norm.forward(&lat)?;
+            positions.push(Tensor::zeros(lat.dims(), DType::F32, feats.device())?);
+            memory.push(lat);
+        }
+        if let Some(lat) = lat2 {
+            memory.push(self.norm.forward(&lat.reshape((b, n * n, c))?)?);
+            positions.push(
+                sine_position_embedding(c, n, n, feats.device())?
+                    .reshape((1, c, n * n))?
+                    .transpose(1, 2)?
+                    .repeat((b, 1, 1))?
+                    .contiguous()?,
+            );
+        }
+        Ok((Tensor::cat(&memory, 1)?, Tensor::cat(&positions, 1)?))
     }
+}
+
+/// `[B, C, n*ws, n*ws]` -> `[B, n*n*ws*ws, C]`: tokens grouped by `ws x ws` window (windows
+/// row-major, tokens row-major inside each).
+fn window_major_tokens(x: &Tensor, n: usize, ws: usize) -> candle_core::Result<Tensor> {
+    let (b, c, _, _) = x.dims4()?;
+    // [B, C, n, ws, n, ws] -> [B, n, n, ws, ws, C]
+    x.reshape((b, c, n, ws, n, ws))?
+        .permute((0, 2, 4, 3, 5, 1))?
+        .contiguous()?
+        .reshape((b, n * n * ws * ws, c))
+}
+
+/// Window-major keys or values `[B, heads, windows * t, hd]` -> `[B * windows, heads, t, hd]`.
+fn per_window(x: &Tensor, windows: usize) -> candle_core::Result<Tensor> {
+    let (b, heads, l, hd) = x.dims4()?;
+    let t = l / windows;
+    if heads == 1 {
+        return x.reshape((b * windows, 1, t, hd));
+    }
+    x.reshape((b, heads, windows, t, hd))?
+        .permute((0, 2, 1, 3, 4))?
+        .contiguous()?
+        .reshape((b * windows, heads, t, hd))
 }
 
 /// `[B, C, h, w]` -> `[B, h*w, C]` (row-major tokens, as `permute(0,2,3,1).flatten(1,2)`).
@@ -353,22 +390,6 @@ mod profile {
         }
         times.sort_by(|a, b| a.total_cmp(b));
         println!("perceiver: median {:.1} ms", times[20]);
-        let median = |f: &dyn Fn() -> Result<(Tensor, Tensor)>| -> Result<f64> {
-            let mut t = Vec::new();
-            for _ in 0..40 {
-                let t0 = std::time::Instant::now();
-                f()?;
-                t.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            t.sort_by(|a, b| a.total_cmp(b));
-            Ok(t[20])
-        };
-        let (l1, l2) = (p.latents_1d.as_ref(), p.latents_2d.as_ref());
-        if let (Some(l1), Some(l2)) = (l1, l2) {
-            let d1 = median(&|| p.forward_1d(l1, &feats, &pos))?;
-            let d2 = median(&|| p.forward_2d(l2, &feats))?;
-            println!("1-D path {d1:.1} ms, 2-D path {d2:.1} ms");
-        }
         Ok(())
     }
 }
