@@ -1,6 +1,8 @@
 //! A 1x1-conv MLP with GELU and a residual, `r + s * conv2(gelu(conv1(x)))` (`c -> hid -> c`), as
 //! one CPU pass over blocks of pixels: RepViT's channel mixer (`r = x`, no scale) and the memory
 //! fuser's ConvNeXt MLP (`x` the normed features, `r` the block input, `s` the layer scale).
+//! `conv2` may have fewer outputs than `c` (then `r` has as many): the memory encoder folds its
+//! output projection into the last fuser block's `conv2`.
 //!
 //! Run as two fused 1x1 convs, the `2c x H x W` hidden activation (25 MiB per block at the
 //! 1024 input's first stage) goes to memory three times: written by the first product, read and
@@ -60,17 +62,19 @@ impl CustomOp2 for ChannelMixer<'_> {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, c, height, width) = layout.shape().dims4()?;
         let hid = self.b1.len();
-        if res_layout.shape() != layout.shape() {
+        // Output channels: `c` for RepViT and the fuser; fewer when a projection is folded into
+        // `conv2` (the memory encoder's last fuser block).
+        let co = self.b2.len();
+        if res_layout.shape().dims() != [n, co, height, width] {
             candle_core::bail!(
-                "conv MLP: residual {:?} differs from the input {:?}",
+                "conv MLP: residual {:?} does not fit the input {:?} and {co} output channels",
                 res_layout.shape().dims(),
                 layout.shape().dims()
             );
         }
         if self.w1.len() != hid * c
-            || self.w2.len() != c * hid
-            || self.b2.len() != c
-            || self.scale.is_some_and(|s| s.len() != c)
+            || self.w2.len() != co * hid
+            || self.scale.is_some_and(|s| s.len() != co)
         {
             candle_core::bail!(
                 "channel mixer: weights {}/{} and biases {}/{} do not fit {c} channels",
@@ -82,7 +86,7 @@ impl CustomOp2 for ChannelMixer<'_> {
         }
         if self
             .token_mixer
-            .is_some_and(|t| !t.is_same_size() || t.channels() != c)
+            .is_some_and(|t| !t.is_same_size() || t.channels() != c || co != c)
         {
             candle_core::bail!(
                 "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
@@ -93,9 +97,9 @@ impl CustomOp2 for ChannelMixer<'_> {
         let hw = height * width;
         // Every element is written by exactly one task before `set_len` below (no zeroing pass:
         // for these multi-MiB outputs it cost ~2.5 % of the backbone).
-        let len = n * c * hw;
+        let len = n * co * hw;
         let mut out: Vec<f32> = Vec::with_capacity(len);
-        let shape = Shape::from((n, c, height, width));
+        let shape = Shape::from((n, co, height, width));
         if len == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
@@ -110,7 +114,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                 x: PackedB::zeroed(c, COLS),
                 hidden: vec![0f32; hid * COLS],
                 h: PackedB::zeroed(hid, COLS),
-                y: vec![0f32; if self.scale.is_some() { c * COLS } else { 0 }],
+                y: vec![0f32; if self.scale.is_some() { co * COLS } else { 0 }],
                 t: vec![
                     0f32;
                     if self.token_mixer.is_some() {
@@ -146,7 +150,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                         }
                         (&s.t[..c * w], w, 0)
                     }
-                    None => (&res[b * c * hw..(b + 1) * c * hw], hw, j0),
+                    None => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
                 };
                 let src = if self.token_mixer.is_some() {
                     res
@@ -175,11 +179,11 @@ impl CustomOp2 for ChannelMixer<'_> {
                 }
                 gelu_slice(hidden);
                 s.h.fill_columns_from_rows(hidden, w, w);
-                let dst = (out_addr as *mut f32).wrapping_add(b * c * hw + j0);
+                let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
                 let r = res;
-                // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `c x hw` output
-                // block (row stride `hw`), which no other task touches; `w2` is `c x hid` and
-                // the packed hidden block `hid x w`; `y` is `c x w`.
+                // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
+                // block (row stride `hw`), which no other task touches; `w2` is `co x hid` and
+                // the packed hidden block `hid x w`; `y` is `co x w`.
                 unsafe {
                     match self.scale {
                         None => {
@@ -189,15 +193,15 @@ impl CustomOp2 for ChannelMixer<'_> {
                                     v.write(r + bias);
                                 }
                             }
-                            packed_unchecked(c, self.w2, hid, &s.h, 0..hid, 0..w, dst, hw, true);
+                            packed_unchecked(co, self.w2, hid, &s.h, 0..hid, 0..w, dst, hw, true);
                         }
                         Some(scale) => {
-                            let y = &mut s.y[..c * w];
+                            let y = &mut s.y[..co * w];
                             for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
                                 row.fill(bias);
                             }
                             packed_unchecked(
-                                c,
+                                co,
                                 self.w2,
                                 hid,
                                 &s.h,
@@ -219,7 +223,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                 }
             },
         );
-        // SAFETY: the tasks cover every (image, pixel block) and each wrote all `c` rows of its
+        // SAFETY: the tasks cover every (image, pixel block) and each wrote all `co` rows of its
         // block (the residual + bias or scaled rows above, before the product accumulated into
         // them); `run_tasks_with` returns only after every task ran, and a panicking task
         // propagates before this line.
@@ -277,6 +281,25 @@ mod tests {
                 err <= 1e-6 * scale.max(1.0),
                 "scaled {n}x{c}x{h}x{w}: {err}"
             );
+
+            // A narrower output (a projection folded into conv2) with its own residual.
+            let co = c / 4;
+            let (conv1, _) = random_mlp(c, 4 * c)?;
+            let (narrow, _) = random_mlp(4 * c, co)?;
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            let want = narrow.forward_add(&crate::repvit::gelu(&conv1.forward(&x)?)?, &r)?;
+            let Some(got) = conv1.mlp_residual(&narrow, &x, &r, None)? else {
+                panic!("the fused path applies to CPU f32");
+            };
+            assert_eq!(got.dims(), &[n, co, h, w]);
+            let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(
+                err <= 1e-6 * scale.max(1.0),
+                "narrow {n}x{c}x{h}x{w}: {err}"
+            );
+            // A residual of the input's width no longer fits: a typed error, not a panic.
+            assert!(conv1.mlp_residual(&narrow, &x, &x, None).is_err());
         }
         Ok(())
     }

@@ -120,6 +120,23 @@ impl Pointwise {
         Ok(composed)
     }
 
+    /// `diag(scale) (W x + b)` as one 1x1 conv (a per-output-channel scale folded in).
+    pub(crate) fn scale_outputs(&self, scale: &[f32]) -> candle_core::Result<Pointwise> {
+        let out = self.host_bias.len();
+        if scale.len() != out {
+            candle_core::bail!("scaling {out} output channels by {} values", scale.len());
+        }
+        let s = Tensor::from_slice(scale, (out, 1), self.weight.device())?.to_dtype(DType::F64)?;
+        let weight = self.weight.to_dtype(DType::F64)?.broadcast_mul(&s)?;
+        let bias = self.bias.to_dtype(DType::F64)?.broadcast_mul(&s)?;
+        Pointwise::new(&weight.to_dtype(DType::F32)?, &bias.to_dtype(DType::F32)?)
+    }
+
+    /// The same conv without its bias.
+    pub(crate) fn without_bias(&self) -> candle_core::Result<Pointwise> {
+        Pointwise::new(&self.weight, &self.bias.zeros_like()?)
+    }
+
     /// A plain `nn.Conv2d(in, out, 1)` with bias, read from `vb` (`weight`, `bias`).
     pub(crate) fn load(vb: &VarBuilder, in_ch: usize, out_ch: usize) -> candle_core::Result<Self> {
         let w = vb.get((out_ch, in_ch, 1, 1), "weight")?;
