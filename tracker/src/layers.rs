@@ -604,6 +604,29 @@ impl HeadProjections {
         Ok(())
     }
 
+    /// The exact key, value and output projections and the head count (for folding them into
+    /// the memory cross-attention, [`crate::split_key_attention`]).
+    pub(crate) fn kvo(
+        &self,
+    ) -> (
+        &candle_nn::Linear,
+        &candle_nn::Linear,
+        &candle_nn::Linear,
+        usize,
+    ) {
+        (
+            self.k_proj.exact(),
+            self.v_proj.exact(),
+            self.o_proj.exact(),
+            self.num_heads,
+        )
+    }
+
+    /// The softmax scale `head_dim^-0.5`.
+    pub(crate) fn scaling(&self) -> f64 {
+        self.scaling
+    }
+
     /// Projected queries `[N, heads, L, head_dim]` (contiguous).
     pub fn queries(&self, x: &Tensor) -> Result<Tensor> {
         self.split_heads(&self.q_proj.forward(x)?)

@@ -36,6 +36,7 @@ pub mod raw_frame;
 pub mod repvit;
 pub mod rope;
 pub mod spatial_perceiver;
+pub mod split_key_attention;
 pub mod timings;
 pub mod tracker;
 pub mod tracking_step;

@@ -222,6 +222,11 @@ impl SwitchLinear {
 }
 
 impl SwitchLinear {
+    /// The exact f32 layer (its weights, for composing with neighbours at load).
+    pub fn exact(&self) -> &Linear {
+        &self.exact
+    }
+
     /// The packed exact layer, when it is what [`Module::forward`] runs for CPU f32 inputs
     /// (bf16 off, AVX-512F present): callers fuse it with its neighbours.
     pub fn packed_f32(&self) -> Option<&PackedLinear> {

@@ -21,6 +21,7 @@ use crate::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS
 use crate::linear_bf16::SwitchLinear;
 use crate::linear_f32::FusedReluMlp;
 use crate::rope::AxialRope;
+use crate::split_key_attention::{split_key_attention, FoldedProjections};
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
 fn invalid(message: String) -> Error {
@@ -43,6 +44,9 @@ struct KeyLayout {
 #[derive(Debug, Clone)]
 struct RopeAttention {
     proj: HeadProjections,
+    /// The cross-attention's projections folded into its attention (one head; see
+    /// [`crate::split_key_attention`]); `None` for the self-attention.
+    folded: Option<FoldedProjections>,
 }
 
 impl RopeAttention {
@@ -55,7 +59,21 @@ impl RopeAttention {
     ) -> candle_core::Result<Self> {
         Ok(Self {
             proj: HeadProjections::new(hidden, kv_in, num_heads, internal / num_heads, true, vb)?,
+            folded: None,
         })
+    }
+
+    /// A cross-attention to the memory, with its projections folded where one head allows.
+    fn cross(
+        hidden: usize,
+        kv_in: usize,
+        internal: usize,
+        num_heads: usize,
+        vb: VarBuilder,
+    ) -> candle_core::Result<Self> {
+        let mut attn = Self::new(hidden, kv_in, internal, num_heads, vb)?;
+        attn.folded = FoldedProjections::new(&attn.proj)?;
+        Ok(attn)
     }
 
     /// `query`: `[B, Lq, C]`, `key`/`value`: `[B, Lk, Ckv]` -> `[B, Lq, C]`. Queries are rotated
@@ -71,6 +89,16 @@ impl RopeAttention {
         k_layout: Option<KeyLayout>,
     ) -> Result<Tensor> {
         let p = &self.proj;
+        if let (Some(folded), Some(layout)) = (&self.folded, k_layout) {
+            let cpu_f32 = [query, key, value]
+                .iter()
+                .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
+            // Also in the bf16 mode: the folded f32 pass does less than half the work of the
+            // bf16 products, exactly.
+            if cpu_f32 && key.dim(1)? > 0 {
+                return self.forward_folded(folded, query, key, value, q_rope, k_rope, layout);
+            }
+        }
         let q = q_rope.apply(&p.queries(query)?)?;
         let k = p.keys(key)?;
         let k = match k_layout {
@@ -86,6 +114,86 @@ impl RopeAttention {
             q
         };
         Ok(p.attend(&q, &k, &p.values(value)?)?)
+    }
+}
+
+impl RopeAttention {
+    /// The cross-attention with its key, value and output projections folded in
+    /// ([`crate::split_key_attention`]): only the rotated keys (the memories' 2-D latents) are
+    /// projected to the attention width; the other keys and all values stay in the memory's
+    /// 64 channels.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_folded(
+        &self,
+        folded: &FoldedProjections,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        q_rope: &AxialRope,
+        k_rope: &AxialRope,
+        layout: KeyLayout,
+    ) -> Result<Tensor> {
+        let p = &self.proj;
+        let (b, lk, _) = key.dims3()?;
+        let (rotated, unrotated) = layout.split(lk, k_rope.len())?;
+        let dev = key.device();
+        let index = |i: &[u32]| Tensor::from_slice(i, i.len(), dev);
+        let (rot_idx, low_idx) = (index(&rotated)?, index(&unrotated)?);
+        // Rotated keys: projected, then RoPE on each memory's key grid.
+        let k_rot = rotate_memory_keys(
+            &p.keys(&key.index_select(&rot_idx, 1)?)?,
+            k_rope,
+            KeyLayout {
+                num_excluded: 0,
+                num_memories: layout.num_memories,
+            },
+        )?
+        .squeeze(1)?;
+        // The others: their 64-channel inputs with a trailing 1 (the key bias).
+        let ones = Tensor::ones((b, unrotated.len(), 1), DType::F32, dev)?;
+        let k_low = Tensor::cat(&[key.index_select(&low_idx, 1)?, ones], 2)?;
+        let order = index(&[rotated, unrotated].concat())?;
+        let values = value.index_select(&order, 1)?;
+        let q = q_rope.apply(&p.queries(query)?)?.squeeze(1)?.contiguous()?;
+        let q_low = folded.low_queries(&q)?;
+        let averaged = split_key_attention(&q, &q_low, &k_rot, &k_low, &values, p.scaling())?;
+        Ok(folded.output(&averaged)?)
+    }
+}
+
+impl KeyLayout {
+    /// Token indices of the keys RoPE rotates (each memory's trailing `spatial` tokens, the
+    /// 2-D latents) and of the others (each memory's leading 1-D latents, then the pointers).
+    fn split(&self, lk: usize, spatial: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+        let rotated_len = lk.checked_sub(self.num_excluded).ok_or_else(|| {
+            invalid(format!(
+                "{} pointer tokens > {lk} memory tokens",
+                self.num_excluded
+            ))
+        })?;
+        let mut rotated = Vec::with_capacity(rotated_len);
+        let mut unrotated = Vec::with_capacity(lk);
+        if rotated_len > 0 {
+            if self.num_memories == 0 || !rotated_len.is_multiple_of(self.num_memories) {
+                return Err(invalid(format!(
+                    "{rotated_len} spatial memory tokens do not split into {} memories",
+                    self.num_memories
+                )));
+            }
+            let per_memory = rotated_len / self.num_memories;
+            let latent_1d = per_memory.checked_sub(spatial).ok_or_else(|| {
+                invalid(format!(
+                    "a memory of {per_memory} tokens cannot hold the {spatial} tokens of the key grid"
+                ))
+            })?;
+            for m in 0..self.num_memories {
+                let start = (m * per_memory) as u32;
+                unrotated.extend(start..start + latent_1d as u32);
+                rotated.extend(start + latent_1d as u32..start + per_memory as u32);
+            }
+        }
+        unrotated.extend(rotated_len as u32..lk as u32);
+        Ok((rotated, unrotated))
     }
 }
 
@@ -322,7 +430,7 @@ impl MemoryAttention {
                         heads,
                         vb.pp("self_attn"),
                     )?,
-                    cross_attn_image: RopeAttention::new(
+                    cross_attn_image: RopeAttention::cross(
                         hidden,
                         memory_dim,
                         internal,
@@ -652,6 +760,17 @@ mod profile {
                 })?;
                 let vv = t("memory k/v + rope", &mut || Ok(p.values(&memory)?))?;
                 let o = t("attention + out proj", &mut || Ok(p.attend(&qq, &kk, &vv)?))?;
+                let a = &l.cross_attn_image;
+                t("cross-attention, unfolded", &mut || {
+                    let qq = att.query_rope.apply(&p.queries(&q)?)?;
+                    let kk = rotate_memory_keys(&p.keys(&key)?, rope.1, layout)?;
+                    Ok(p.attend(&qq, &kk, &p.values(&memory)?)?)
+                })?;
+                if let Some(f) = &a.folded {
+                    t("cross-attention, folded", &mut || {
+                        a.forward_folded(f, &q, &key, &memory, rope.0, rope.1, layout)
+                    })?;
+                }
                 h = t("residual add", &mut || Ok((&h + &o)?))?;
                 let q = t("layer norm", &mut || Ok(l.layer_norm3.forward(&h)?))?;
                 let o = t("mlp", &mut || Ok(l.mlp.forward(&q)?))?;
