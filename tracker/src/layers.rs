@@ -8,6 +8,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
+use crate::folded_attention::FoldedHeads;
 use crate::kernels::{f32_slice, threads};
 use crate::linear_bf16::SwitchLinear;
 
@@ -605,7 +606,7 @@ impl HeadProjections {
     }
 
     /// The exact key, value and output projections and the head count (for folding them into
-    /// the memory cross-attention, [`crate::split_key_attention`]).
+    /// the attention: [`crate::split_key_attention`], [`crate::folded_attention`]).
     pub(crate) fn kvo(
         &self,
     ) -> (
@@ -681,6 +682,9 @@ impl HeadProjections {
 #[derive(Debug, Clone)]
 pub struct Attention {
     proj: HeadProjections,
+    /// The key and value projections per head, for the few-queries-to-an-image shape
+    /// ([`crate::folded_attention`]).
+    folded: FoldedHeads,
 }
 
 impl Attention {
@@ -702,11 +706,24 @@ impl Attention {
             true,
             vb,
         )?;
-        Ok(Self { proj })
+        let folded = FoldedHeads::new(&proj)?;
+        Ok(Self { proj, folded })
     }
 
     /// `query`: `[N, Lq, C]`, `key`/`value`: `[N, Lk, C]` -> `[N, Lq, C]`.
     pub fn forward(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
+        let p = &self.proj;
+        let cpu_f32 = [query, key, value]
+            .iter()
+            .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
+        if cpu_f32 && !p.bf16_products && FoldedHeads::applies(query.dim(1)?, key.dim(1)?) {
+            return self.folded.forward(p, query, key, value);
+        }
+        self.forward_unfolded(query, key, value)
+    }
+
+    /// [`Self::forward`] with every projection applied (the reference's order of operations).
+    pub fn forward_unfolded(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
         let p = &self.proj;
         p.attend(&p.queries(query)?, &p.keys(key)?, &p.values(value)?)
     }

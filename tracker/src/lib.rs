@@ -16,6 +16,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod fixture;
+pub mod folded_attention;
 pub mod gemm_f32;
 pub mod image_encoder;
 pub mod kernels;
