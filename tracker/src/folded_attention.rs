@@ -63,19 +63,8 @@ impl FoldedHeads {
     }
 
     /// The whole attention, output projection included: `query` `[N, Lq, C]`, `key`/`value`
-    /// `[N, Lk, C]` -> `[N, Lq, out]`.
+    /// `[N, Lk, C]` -> `[N, Lq, out]`. The image keys and values are used unprojected.
     pub fn forward(
-        &self,
-        proj: &HeadProjections,
-        query: &Tensor,
-        key: &Tensor,
-        value: &Tensor,
-    ) -> Result<Tensor> {
-        self.few_queries(proj, query, key, value)
-    }
-
-    /// Few queries: the image keys and values are used unprojected.
-    fn few_queries(
         &self,
         proj: &HeadProjections,
         query: &Tensor,
@@ -106,16 +95,10 @@ mod tests {
     use crate::weights::random_var_builder;
     use candle_core::Device;
 
-    fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f32> {
-        let diff = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
-        let norm = b.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
-        Ok(diff / norm.max(1e-30))
-    }
-
     /// The folded attention against the unfolded one (the decoder's: 8 heads, half width), with
     /// a batch of 2.
     #[test]
-    fn folded_matches_unfolded() -> Result<()> {
+    fn folded_matches_unfolded() -> crate::error::Result<()> {
         let dev = Device::Cpu;
         let attn = Attention::new(256, 8, 2, random_var_builder(9, &dev))?;
         let tokens = Tensor::randn(0f32, 1.0, (2, 7, 256), &dev)?;
@@ -123,7 +106,7 @@ mod tests {
         let image_v = Tensor::randn(0f32, 1.0, (2, 300, 256), &dev)?;
         let folded = attn.forward(&tokens, &image, &image_v)?;
         let unfolded = attn.forward_unfolded(&tokens, &image, &image_v)?;
-        let err = rel_l2(&folded, &unfolded)?;
+        let err = crate::compare::compare(&folded, &unfolded)?.rel_l2;
         assert!(err < 1e-5, "rel_l2 {err}");
         // Many queries against few keys stays unfolded (the same op).
         let back = attn.forward(&image, &tokens, &tokens)?;

@@ -63,17 +63,10 @@ impl RopeAttention {
         })
     }
 
-    /// A cross-attention to the memory, with its projections folded where one head allows.
-    fn cross(
-        hidden: usize,
-        kv_in: usize,
-        internal: usize,
-        num_heads: usize,
-        vb: VarBuilder,
-    ) -> candle_core::Result<Self> {
-        let mut attn = Self::new(hidden, kv_in, internal, num_heads, vb)?;
-        attn.folded = FoldedProjections::new(&attn.proj)?;
-        Ok(attn)
+    /// As a cross-attention to the memory: its projections folded where one head allows.
+    fn folding_projections(mut self) -> candle_core::Result<Self> {
+        self.folded = FoldedProjections::new(&self.proj)?;
+        Ok(self)
     }
 
     /// `query`: `[B, Lq, C]`, `key`/`value`: `[B, Lk, Ckv]` -> `[B, Lq, C]`. Queries are rotated
@@ -430,13 +423,14 @@ impl MemoryAttention {
                         heads,
                         vb.pp("self_attn"),
                     )?,
-                    cross_attn_image: RopeAttention::cross(
+                    cross_attn_image: RopeAttention::new(
                         hidden,
                         memory_dim,
                         internal,
                         heads,
                         vb.pp("cross_attn_image"),
-                    )?,
+                    )?
+                    .folding_projections()?,
                     mlp: Mlp {
                         up_proj: SwitchLinear::new(linear(
                             hidden,

@@ -308,16 +308,10 @@ mod tests {
     use super::*;
     use candle_core::Device;
 
-    fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f32> {
-        let diff = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
-        let norm = b.sqr()?.sum_all()?.to_scalar::<f32>()?.sqrt();
-        Ok(diff / norm.max(1e-30))
-    }
-
     /// The fused pass against the tensor ops: odd sizes, a query batch shared by 2 entries,
     /// an empty key group, and the memory attention's shapes.
     #[test]
-    fn fused_matches_tensor_ops() -> Result<()> {
+    fn fused_matches_tensor_ops() -> crate::error::Result<()> {
         let dev = Device::Cpu;
         let cases = [
             // (B, Bq, Lq, D, Lr, Lu, E, Dv)
@@ -340,7 +334,7 @@ mod tests {
             let fused = split_key_attention(&q, &ql, &kr, &kl, &v, scale)?;
             let ops = split_key_attention_by_ops(&q, &ql, &kr, &kl, &v, scale)?;
             assert_eq!(fused.dims(), &[b, lq, dv]);
-            let err = rel_l2(&fused, &ops)?;
+            let err = crate::compare::compare(&fused, &ops)?.rel_l2;
             assert!(err < 1e-5, "{b}x{lq}x{d}, keys {lr}+{lu}: rel_l2 {err}");
         }
         Ok(())
