@@ -14,6 +14,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use edgetam::tracker::attention::{scaled_dot_product, scaled_dot_product_unfused};
 use edgetam::tracker::attention_bf16::scaled_dot_product_bf16;
 use edgetam::tracker::repvit::Depthwise;
+use edgetam::tracker::split_key_attention::split_key_attention;
 use edgetam::tracker::{EdgeTam, EdgeTamConfig};
 
 fn randn(shape: &[usize]) -> Tensor {
@@ -56,7 +57,8 @@ fn depthwise(c: &mut Criterion) {
 }
 
 /// Memory attention's shapes at 1024: self-attention over the 64x64 tokens and
-/// cross-attention to 7 memories (7 x 512 tokens) + 16 pointers (x 4 tokens); one head of 256.
+/// cross-attention to 7 memories (7 x 512 tokens) + 16 pointers (x 4 tokens); one head of 256
+/// (the cross-attention also as the folded split-key pass the tracker runs).
 fn attention(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention");
     g.sample_size(10);
@@ -78,6 +80,26 @@ fn attention(c: &mut Criterion) {
             b.iter(|| ok(scaled_dot_product_unfused(&q, &k, &v, scale)))
         });
     }
+    // The cross-attention as the tracker runs it (`split_key_attention`): 7 x 256 rotated keys
+    // at 256 wide, 7 x 256 + 64 unrotated ones at 65 wide, values in the memory's 64 channels.
+    let (lr, lu) = (7 * 256, 7 * 256 + 64);
+    let q = randn(&[1, 4096, 256]);
+    let q_low = randn(&[1, 4096, 65]);
+    let k_rot = randn(&[1, lr, 256]);
+    let k_low = randn(&[1, lu, 65]);
+    let v = randn(&[1, lr + lu, 64]);
+    g.bench_function(BenchmarkId::new("split_keys", "cross_4096x3648"), |b| {
+        b.iter(|| {
+            ok(split_key_attention(
+                &q,
+                &q_low,
+                &k_rot,
+                &k_low,
+                &v,
+                1.0 / 16.0,
+            ))
+        })
+    });
     g.finish();
 }
 
