@@ -55,15 +55,18 @@ impl VisionNeck {
         let pos = fpn
             .iter()
             .enumerate()
-            .map(|(i, f)| {
-                let (_, c, h, w) = f.dims4()?;
-                match self.pos.get(i) {
-                    Some(p) if p.dims() == [1, c, h, w] => Ok(p.clone()),
-                    _ => position(c, h, w, f.device()),
-                }
-            })
+            .map(|(i, f)| self.level_position(i, f))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok((fpn, pos))
+    }
+
+    /// The position encoding of level `i` (the cached one when `level` has the configured size).
+    fn level_position(&self, i: usize, level: &Tensor) -> candle_core::Result<Tensor> {
+        let (_, c, h, w) = level.dims4()?;
+        match self.pos.get(i) {
+            Some(p) if p.dims() == [1, c, h, w] => Ok(p.clone()),
+            _ => position(c, h, w, level.device()),
+        }
     }
 
     fn features(&self, stages: &[Tensor]) -> candle_core::Result<Vec<Tensor>> {
@@ -120,11 +123,7 @@ impl VisionNeck {
             .into_iter()
             .next()
             .ok_or_else(|| candle_core::Error::Msg("the FPN neck has no levels".into()))?;
-        let (_, c, h, w) = level.dims4()?;
-        let pos = match self.pos.get(i) {
-            Some(p) if p.dims() == [1, c, h, w] => p.clone(),
-            _ => position(c, h, w, level.device())?,
-        };
+        let pos = self.level_position(i, &level)?;
         Ok((level, pos))
     }
 
