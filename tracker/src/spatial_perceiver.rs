@@ -235,12 +235,14 @@ impl SpatialPerceiver {
             }
         };
         let tokens = order(&feats)?;
-        let heads_pos = match n1 {
-            Some(_) => {
+        // The 1-D path's position, split into heads like the keys it is added to (every layer
+        // has the same head layout; without layers it is never used).
+        let heads_pos = match (n1, self.layers.first()) {
+            (Some(_), Some(layer)) => {
                 let pos = order(&pos.to_dtype(DType::F32)?)?;
-                Some(self.layers[0].cross_attention.proj.split_heads(&pos)?)
+                Some(layer.cross_attention.proj.split_heads(&pos)?)
             }
-            None => None,
+            _ => None,
         };
         let mut lat1 = n1.map(|l| l.unsqueeze(0)?.repeat((b, 1, 1))).transpose()?;
         let mut lat2 = n2
@@ -347,6 +349,20 @@ mod tests {
             diff <= 1e-5 * scale,
             "batch entry 1 differs alone by {diff} (max {scale})"
         );
+        Ok(())
+    }
+
+    /// A config without perceiver layers still runs (latents normed only), without a panic.
+    #[test]
+    fn no_layers_runs() -> Result<()> {
+        let mut cfg = EdgeTamConfig::with_image_size(256)?;
+        cfg.perceiver_resampler_num_layers = 0;
+        let dev = Device::Cpu;
+        let p = SpatialPerceiver::new(&cfg, random_var_builder(5, &dev))?;
+        let feats = Tensor::randn(0f32, 1.0, (1, 64, 16, 16), &dev)?;
+        let (mem, pos) = p.forward(&feats, &feats)?;
+        assert_eq!(mem.dims(), &[1, 512, 64]);
+        assert_eq!(pos.dims(), &[1, 512, 64]);
         Ok(())
     }
 
