@@ -654,6 +654,44 @@ mod tests {
         Ok(())
     }
 
+    /// The folded cross-attention against the projections run in full, for memories with and
+    /// without pointers, pointers alone, and a batch of 2.
+    #[test]
+    fn folded_cross_attention_matches_unfolded() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = EdgeTamConfig::with_image_size(256)?;
+        let vb = crate::weights::random_var_builder(3, &dev);
+        let attention = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        let a = &attention.layers[0].cross_attn_image;
+        let folded = a
+            .folded
+            .as_ref()
+            .ok_or_else(|| invalid("EdgeTAM's one-head cross-attention should fold".into()))?;
+        let (q_rope, k_rope) = (&attention.query_rope, &attention.key_rope);
+        let per_memory = 512;
+        for (n_mem, n_ptr) in [(2usize, 8usize), (0, 8), (3, 0), (1, 4)] {
+            let m = n_mem * per_memory + n_ptr;
+            let r = |d: (usize, usize, usize)| Tensor::randn(0f32, 1.0, d, &dev);
+            let q = r((2, q_rope.len(), attention.hidden))?;
+            let key = r((2, m, attention.memory_dim))?;
+            let value = r((2, m, attention.memory_dim))?;
+            let layout = KeyLayout {
+                num_excluded: n_ptr,
+                num_memories: n_mem,
+            };
+            let fast = a.forward_folded(folded, &q, &key, &value, q_rope, k_rope, layout)?;
+            let p = &a.proj;
+            let k = rotate_memory_keys(&p.keys(&key)?, k_rope, layout)?;
+            let full = p.attend(&q_rope.apply(&p.queries(&q)?)?, &k, &p.values(&value)?)?;
+            let err = crate::compare::compare(&fast, &full)?.rel_l2;
+            assert!(
+                err < 1e-5,
+                "{n_mem} memories, {n_ptr} pointer tokens: rel_l2 {err}"
+            );
+        }
+        Ok(())
+    }
+
     /// Sharing layer 0's self-attention across objects gives what the broadcast batch gives.
     #[test]
     fn shared_current_matches_broadcast_batch() -> Result<()> {
