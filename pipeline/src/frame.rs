@@ -4,7 +4,12 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use edgetam_tracker::{PixelLayout, RawFrame};
+
 use crate::error::FrameError;
+
+/// BT.601 limited range, 8-bit fixed point (see [`PixelFormat`]): the tracker's conversion.
+pub use edgetam_tracker::raw_frame::yuv_to_rgb;
 
 /// Layout of a frame's pixels.
 ///
@@ -223,7 +228,7 @@ impl<'a> Frame<'a> {
     /// Packed RGB8 (`width * height * 3` bytes, row-major).
     pub fn to_rgb8(&self) -> Result<Vec<u8>, FrameError> {
         self.validate()?;
-        Ok(self.convert())
+        self.convert()
     }
 
     /// As [`Self::to_rgb8`], without a copy when the frame already owns packed RGB8.
@@ -236,78 +241,47 @@ impl<'a> Frame<'a> {
         {
             return Ok(self.data.into_owned());
         }
-        Ok(self.convert())
+        self.convert()
     }
 
-    /// Conversion of a validated frame.
-    fn convert(&self) -> Vec<u8> {
-        let (w, h, s) = (self.width, self.height, self.stride);
-        let d: &[u8] = &self.data;
-        let mut out = vec![0u8; w * h * 3];
-        match self.format {
-            PixelFormat::Rgb8 | PixelFormat::Rgba8 | PixelFormat::Bgr8 | PixelFormat::Bgra8 => {
-                let bpp = self.format.bytes_per_pixel().unwrap_or(3);
-                let bgr = matches!(self.format, PixelFormat::Bgr8 | PixelFormat::Bgra8);
-                for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
-                    let row = &d[y * s..y * s + w * bpp];
-                    for (o, p) in dst.chunks_exact_mut(3).zip(row.chunks_exact(bpp)) {
-                        if bgr {
-                            o.copy_from_slice(&[p[2], p[1], p[0]]);
-                        } else {
-                            o.copy_from_slice(&p[..3]);
-                        }
-                    }
-                }
-            }
-            PixelFormat::Gray8 => {
-                for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
-                    let row = &d[y * s..y * s + w];
-                    for (o, &g) in dst.chunks_exact_mut(3).zip(row) {
-                        o.fill(g);
-                    }
-                }
-            }
-            PixelFormat::Nv12 => {
-                let uv = &d[s * h..];
-                for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
-                    let luma = &d[y * s..y * s + w];
-                    let chroma = &uv[(y / 2) * s..(y / 2) * s + w];
-                    for (x, o) in dst.chunks_exact_mut(3).enumerate() {
-                        let c = x / 2 * 2;
-                        o.copy_from_slice(&yuv_to_rgb(luma[x], chroma[c], chroma[c + 1]));
-                    }
-                }
-            }
-            PixelFormat::I420 => {
-                let cs = s / 2;
-                let u_plane = &d[s * h..];
-                let v_plane = &d[s * h + cs * (h / 2)..];
-                for (y, dst) in out.chunks_exact_mut(w * 3).enumerate() {
-                    let luma = &d[y * s..y * s + w];
-                    let u = &u_plane[(y / 2) * cs..(y / 2) * cs + w / 2];
-                    let v = &v_plane[(y / 2) * cs..(y / 2) * cs + w / 2];
-                    for (x, o) in dst.chunks_exact_mut(3).enumerate() {
-                        o.copy_from_slice(&yuv_to_rgb(luma[x], u[x / 2], v[x / 2]));
-                    }
-                }
-            }
+    /// Conversion of a validated frame: the tracker's converter ([`RawFrame::to_rgb8`], the
+    /// one its CUDA preprocessing mirrors).
+    fn convert(&self) -> Result<Vec<u8>, FrameError> {
+        self.raw()
+            .to_rgb8()
+            .map(std::borrow::Cow::into_owned)
+            // Only the tracker's size limit (offsets must fit 32 bits) can refuse a frame that
+            // passed `validate`.
+            .map_err(|_| FrameError::TooLarge {
+                width: self.width,
+                height: self.height,
+            })
+    }
+
+    /// The frame as the tracker's borrowed view.
+    pub(crate) fn raw(&self) -> RawFrame<'_> {
+        RawFrame {
+            data: &self.data,
+            width: self.width,
+            height: self.height,
+            stride: self.stride,
+            layout: self.format.into(),
         }
-        out
     }
 }
 
-/// BT.601 limited range, 8-bit fixed point (see [`PixelFormat`]).
-#[inline]
-pub fn yuv_to_rgb(y: u8, u: u8, v: u8) -> [u8; 3] {
-    let c = i32::from(y) - 16;
-    let d = i32::from(u) - 128;
-    let e = i32::from(v) - 128;
-    let clamp = |x: i32| (x >> 8).clamp(0, 255) as u8;
-    [
-        clamp(298 * c + 409 * e + 128),
-        clamp(298 * c - 100 * d - 208 * e + 128),
-        clamp(298 * c + 516 * d + 128),
-    ]
+impl From<PixelFormat> for PixelLayout {
+    fn from(format: PixelFormat) -> Self {
+        match format {
+            PixelFormat::Rgb8 => PixelLayout::Rgb8,
+            PixelFormat::Rgba8 => PixelLayout::Rgba8,
+            PixelFormat::Bgr8 => PixelLayout::Bgr8,
+            PixelFormat::Bgra8 => PixelLayout::Bgra8,
+            PixelFormat::Gray8 => PixelLayout::Gray8,
+            PixelFormat::Nv12 => PixelLayout::Nv12,
+            PixelFormat::I420 => PixelLayout::I420,
+        }
+    }
 }
 
 #[cfg(test)]

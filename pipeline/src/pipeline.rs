@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use edgetam_tracker::{
-    EdgeTam, FrameResult, ImageEmbedding, ObjectPrompt, PixelLayout, RawFrame, Tracker,
-    TrackerOptions,
+    EdgeTam, FrameResult, ImageEmbedding, ObjectPrompt, RawFrame, Tracker, TrackerOptions,
 };
 
 use crate::error::{Error, Result};
-use crate::frame::{Frame, PixelFormat};
+use crate::frame::Frame;
 use crate::stats::{StageTimings, Stats, StatsCollector};
 
 /// Id of a pushed frame: 0, 1, 2, ... over every frame [`Pipeline::push`] accepted, dropped
@@ -529,21 +528,7 @@ impl Pixels {
     fn raw(&self, w: usize, h: usize) -> RawFrame<'_> {
         match self {
             Pixels::Rgb(rgb) => RawFrame::rgb8(rgb, w, h),
-            Pixels::Device(f) => RawFrame {
-                data: f.data(),
-                width: w,
-                height: h,
-                stride: f.stride(),
-                layout: match f.format() {
-                    PixelFormat::Rgb8 => PixelLayout::Rgb8,
-                    PixelFormat::Rgba8 => PixelLayout::Rgba8,
-                    PixelFormat::Bgr8 => PixelLayout::Bgr8,
-                    PixelFormat::Bgra8 => PixelLayout::Bgra8,
-                    PixelFormat::Gray8 => PixelLayout::Gray8,
-                    PixelFormat::Nv12 => PixelLayout::Nv12,
-                    PixelFormat::I420 => PixelLayout::I420,
-                },
-            },
+            Pixels::Device(f) => f.raw(),
         }
     }
 }
