@@ -142,6 +142,9 @@ pub struct SpatialPerceiver {
     hidden: usize,
     /// Windows per side of the 2-D path (`sqrt(n2)`).
     windows_per_side: usize,
+    /// The 2-D path's output position `[1, n2, C]` (the sine encoding of the window grid; the
+    /// same for every call, so built at load).
+    position_2d: Option<Tensor>,
 }
 
 fn config_error(message: String) -> Error {
@@ -178,6 +181,15 @@ impl SpatialPerceiver {
         let latents_2d = (n2 > 0)
             .then(|| vb.get((n2, c), "latents_2d"))
             .transpose()?;
+        let position_2d = (n2 > 0)
+            .then(|| -> Result<Tensor> {
+                let n = windows_per_side;
+                Ok(sine_position_embedding(c, n, n, vb.device())?
+                    .reshape((1, c, n * n))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
+            })
+            .transpose()?;
         let layers = (0..cfg.perceiver_resampler_num_layers)
             .map(|i| EncoderLayer::new(cfg, vb.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
@@ -188,6 +200,7 @@ impl SpatialPerceiver {
             norm: LayerNorm::new(c, TORCH_LAYER_NORM_EPS, vb.pp("layer_norm"))?,
             hidden: c,
             windows_per_side,
+            position_2d,
         })
     }
 
@@ -273,13 +286,11 @@ impl SpatialPerceiver {
         }
         if let Some(lat) = lat2 {
             memory.push(self.norm.forward(&lat.reshape((b, n * n, c))?)?);
-            positions.push(
-                sine_position_embedding(c, n, n, feats.device())?
-                    .reshape((1, c, n * n))?
-                    .transpose(1, 2)?
-                    .repeat((b, 1, 1))?
-                    .contiguous()?,
-            );
+            let pos = match &self.position_2d {
+                Some(p) => p.clone(),
+                None => return Err(config_error("the perceiver has no 2-D position".into())),
+            };
+            positions.push(pos.repeat((b, 1, 1))?.contiguous()?);
         }
         Ok((Tensor::cat(&memory, 1)?, Tensor::cat(&positions, 1)?))
     }
