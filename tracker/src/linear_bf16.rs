@@ -12,7 +12,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use candle_nn::Linear;
 
 use crate::attention_bf16::supported;
-use crate::kernels::{f32_slice, last_axis_map, threads};
+use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with};
 use crate::linear_f32::PackedLinear;
 
 /// Rows per task.
@@ -63,6 +63,93 @@ impl Bf16Linear {
     }
 }
 
+impl Bf16Linear {
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// `out = bias + x w^T` for the rows of `x` (`n x inputs`; `out` is `n x outputs`, `pairs`
+    /// at least `n x inputs / 2` scratch).
+    fn rows(&self, x: &[f32], pairs: &mut [u32], out: &mut [f32]) {
+        let n = out.len() / self.outputs;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Bf16Linear` exists only where `supported()` (AVX-512F + AVX512-BF16); `x` is
+        // `n x inputs`, `out` `n x outputs` and `pairs` holds `n x inputs / 2`.
+        unsafe {
+            x86::rows(self, x, &mut pairs[..n * self.inputs / 2], out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (x, pairs, n);
+    }
+}
+
+/// `down(relu(up(x)))` with bf16 products, one block of rows at a time: the 2048-wide hidden
+/// activations stay a per-worker L2 buffer (32 MiB per call as a tensor, written to fresh pages
+/// and read back: half the unfused MLP's time) and are rounded to bf16 while hot.
+pub struct FusedReluMlpBf16<'a> {
+    pub up: &'a Bf16Linear,
+    pub down: &'a Bf16Linear,
+}
+
+/// Rows per task of the fused MLP: `64 x 2048` hidden floats (512 KiB) and their bf16 pairs
+/// fit L2.
+const MLP_ROWS_PER_TASK: usize = 64;
+
+impl FusedReluMlpBf16<'_> {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.contiguous()?.apply_op1_no_bwd(self)
+    }
+}
+
+impl CustomOp1 for FusedReluMlpBf16<'_> {
+    fn name(&self) -> &'static str {
+        "mlp-relu-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_slice(storage, layout, "MLP input")?;
+        let (inputs, hidden, outputs) = (self.up.inputs, self.up.outputs, self.down.outputs);
+        if self.down.inputs != hidden {
+            candle_core::bail!(
+                "MLP: layers {inputs}->{hidden} and {}->{outputs}",
+                self.down.inputs
+            );
+        }
+        let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "MLP")?;
+        let mut out = Vec::new();
+        if rows > 0 && outputs > 0 {
+            out = output_in_chunks_with(
+                rows * outputs,
+                MLP_ROWS_PER_TASK * outputs,
+                || {
+                    let width = inputs.max(hidden) / 2;
+                    (
+                        vec![0f32; MLP_ROWS_PER_TASK * hidden],
+                        vec![0u32; MLP_ROWS_PER_TASK * width],
+                    )
+                },
+                |(h, pairs), t, o| {
+                    let r0 = t * MLP_ROWS_PER_TASK;
+                    let n = o.len() / outputs;
+                    let h = &mut h[..n * hidden];
+                    self.up.rows(&x[r0 * inputs..(r0 + n) * inputs], pairs, h);
+                    h.iter_mut().for_each(|v| *v = v.max(0.0));
+                    self.down.rows(h, pairs, o);
+                },
+            );
+        }
+        Ok((CpuStorage::F32(out), out_shape))
+    }
+}
+
 impl CustomOp1 for Bf16Linear {
     fn name(&self) -> &'static str {
         "linear-bf16"
@@ -75,41 +162,18 @@ impl CustomOp1 for Bf16Linear {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let x = f32_slice(storage, layout, "linear input")?;
         let (rows, out_shape) = last_axis_map(layout, self.inputs, self.outputs, "bf16 linear")?;
-        let mut out = crate::kernels::zeroed(rows * self.outputs);
-        if rows > 0 {
-            let tasks: Vec<(usize, &mut [f32])> = out
-                .chunks_mut(ROWS_PER_TASK * self.outputs)
-                .enumerate()
-                .map(|(t, o)| (t * ROWS_PER_TASK, o))
-                .collect();
-            let workers = threads().min(tasks.len()).max(1);
-            let queue = std::sync::Mutex::new(tasks.into_iter());
-            let run = || {
-                let mut pairs = vec![0u32; ROWS_PER_TASK * self.inputs / 2];
-                loop {
-                    let next = match queue.lock() {
-                        Ok(mut it) => it.next(),
-                        Err(_) => None,
-                    };
-                    let Some((r0, o)) = next else { break };
+        let mut out = Vec::new();
+        if rows > 0 && self.outputs > 0 {
+            out = output_in_chunks_with(
+                rows * self.outputs,
+                ROWS_PER_TASK * self.outputs,
+                || vec![0u32; ROWS_PER_TASK * self.inputs / 2],
+                |pairs, t, o| {
+                    let r0 = t * ROWS_PER_TASK;
                     let n = o.len() / self.outputs;
-                    let xs = &x[r0 * self.inputs..(r0 + n) * self.inputs];
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `Bf16Linear` exists only where `supported()` (AVX-512F +
-                    // AVX512-BF16); `xs` is `n x inputs`, `o` is `n x outputs`.
-                    unsafe {
-                        x86::rows(self, xs, &mut pairs[..n * self.inputs / 2], o);
-                    }
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let _ = (xs, &mut pairs);
-                }
-            };
-            std::thread::scope(|scope| {
-                for _ in 1..workers {
-                    scope.spawn(run);
-                }
-                run();
-            });
+                    self.rows(&x[r0 * self.inputs..(r0 + n) * self.inputs], pairs, o);
+                },
+            );
         }
         Ok((CpuStorage::F32(out), out_shape))
     }
@@ -235,6 +299,11 @@ impl SwitchLinear {
             None => self.packed.as_deref(),
         }
     }
+
+    /// The bf16 layer, when switched on: callers fuse it with its neighbours.
+    pub fn bf16(&self) -> Option<&Bf16Linear> {
+        self.bf16.as_deref()
+    }
 }
 
 impl Module for SwitchLinear {
@@ -293,6 +362,103 @@ mod tests {
                 .max_all()?
                 .to_scalar::<f32>()?;
             assert_eq!(same, 0.0, "switching off restores the exact layer");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod fused_mlp {
+    use super::*;
+    use candle_core::Device;
+
+    /// The fused MLP computes exactly what its two layers and a ReLU compute one after the
+    /// other (same roundings, same sums), also for a row count that is not a whole task.
+    #[test]
+    fn equals_the_unfused_layers() -> candle_core::Result<()> {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        let layer = |i: usize, o: usize| -> candle_core::Result<SwitchLinear> {
+            let w = Tensor::randn(0f32, 0.05, (o, i), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let mut l = SwitchLinear::new(Linear::new(w, Some(b)));
+            l.set_bf16(true)?;
+            Ok(l)
+        };
+        let (up, down) = (layer(256, 2048)?, layer(2048, 256)?);
+        let (Some(u), Some(d)) = (up.bf16(), down.bf16()) else {
+            candle_core::bail!("bf16 layers not packed");
+        };
+        for rows in [1usize, 64, 131] {
+            let x = Tensor::randn(0f32, 1.0, (1, rows, 256), &dev)?;
+            let want = down.forward(&up.forward(&x)?.relu()?)?;
+            let got = FusedReluMlpBf16 { up: u, down: d }.forward(&x)?;
+            assert_eq!(got.dims(), want.dims());
+            let diff = (got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0, "{rows} rows");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod profile {
+    use super::*;
+    use candle_core::Device;
+
+    /// GFLOP/s of the exact and bf16 layers at memory attention's MLP shapes (4096 tokens):
+    /// `cargo test --release -p edgetam-tracker --lib linear_bf16::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn mlp_shapes() -> candle_core::Result<()> {
+        if !supported() {
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (1, 4096, 256), &dev)?;
+        let mut up = SwitchLinear::new(Linear::new(
+            Tensor::randn(0f32, 0.05, (2048, 256), &dev)?,
+            None,
+        ));
+        let mut down = SwitchLinear::new(Linear::new(
+            Tensor::randn(0f32, 0.05, (256, 2048), &dev)?,
+            None,
+        ));
+        up.set_bf16(true)?;
+        down.set_bf16(true)?;
+        if let (Some(u), Some(d)) = (up.bf16(), down.bf16()) {
+            let mut best = f64::MAX;
+            for _ in 0..8 {
+                let t0 = std::time::Instant::now();
+                FusedReluMlpBf16 { up: u, down: d }.forward(&x)?;
+                best = best.min(t0.elapsed().as_secs_f64());
+            }
+            let gflops = 4.0 * 4096.0 * 256.0 * 2048.0 / best / 1e9;
+            println!("fused MLP bf16: {:6.2} ms {gflops:6.1} GFLOP/s", best * 1e3);
+        }
+        for (inp, out) in [(256usize, 2048usize), (2048, 256), (256, 256)] {
+            let w = Tensor::randn(0f32, 0.05, (out, inp), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, out, &dev)?;
+            let mut layer = SwitchLinear::new(Linear::new(w, Some(b)));
+            let x = Tensor::randn(0f32, 1.0, (1, 4096, inp), &dev)?;
+            for on in [false, true] {
+                layer.set_bf16(on)?;
+                let mut best = f64::MAX;
+                for _ in 0..8 {
+                    let t0 = std::time::Instant::now();
+                    layer.forward(&x)?;
+                    best = best.min(t0.elapsed().as_secs_f64());
+                }
+                let gflops = 2.0 * 4096.0 * inp as f64 * out as f64 / best / 1e9;
+                println!(
+                    "{inp:5} -> {out:5} {:4}: {:6.2} ms {gflops:6.1} GFLOP/s",
+                    if on { "bf16" } else { "f32" },
+                    best * 1e3
+                );
+            }
         }
         Ok(())
     }

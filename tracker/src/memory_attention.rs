@@ -18,6 +18,7 @@ use candle_nn::{linear, VarBuilder};
 use crate::config::EdgeTamConfig;
 use crate::error::{Error, Result};
 use crate::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::linear_bf16::FusedReluMlpBf16;
 use crate::linear_bf16::SwitchLinear;
 use crate::linear_f32::FusedReluMlp;
 use crate::rope::AxialRope;
@@ -270,6 +271,14 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let (Activation::Relu, Some(up), Some(down), true) = (
+            &self.activation,
+            self.up_proj.bf16(),
+            self.down_proj.bf16(),
+            x.device().is_cpu() && x.dtype() == DType::F32,
+        ) {
+            return FusedReluMlpBf16 { up, down }.forward(x);
+        }
         if let (Activation::Relu, Some(up), Some(down), true) = (
             &self.activation,
             self.up_proj.packed_f32(),
@@ -746,7 +755,11 @@ mod profile {
         let dev = Device::Cpu;
         let cfg = EdgeTamConfig::default();
         let vb = crate::weights::random_var_builder(7, &dev);
-        let att = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        let mut att = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
+        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode's products.
+        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
+            att.set_bf16_products(true)?;
+        }
         let (hw, c) = (att.query_rope.len(), att.hidden);
         let (n_mem, n_ptr) = (7, 16);
         let m = n_mem * 512 + n_ptr * 4;
