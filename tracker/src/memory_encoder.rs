@@ -226,13 +226,20 @@ fn config_error(message: String) -> Error {
 }
 
 impl MemoryEncoder {
-    /// Switches the single 1x1 convolutions' bf16 products on or off (the fast mode). The
-    /// fuser's MLPs stay exact f32: their fused one-pass kernel is faster than two bf16
-    /// products with the GELU between them in memory.
+    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode), the fuser's
+    /// fused MLPs (and the folded tail) included.
     pub(crate) fn set_bf16(&mut self, on: bool) {
         self.final_conv.set_bf16(on);
         self.feature_projection.set_bf16(on);
         self.projection.set_bf16(on);
+        for block in &mut self.fuser {
+            block.pointwise1.set_bf16(on);
+            block.pointwise2.set_bf16(on);
+        }
+        if let Some(tail) = &mut self.tail {
+            tail.conv2.set_bf16(on);
+            tail.residual.set_bf16(on);
+        }
     }
 
     /// Loads `memory_encoder.*` (pass `vb.pp("memory_encoder")`).

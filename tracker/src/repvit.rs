@@ -215,8 +215,11 @@ impl RepVit {
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
     /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
-    pub(crate) fn set_bf16(&mut self, on: bool) {
-        for stage in &mut self.stages {
+    /// Switches the 1x1 convolutions of stages `first..` to bf16 products (or back); earlier
+    /// stages stay exact.
+    pub(crate) fn set_bf16_from(&mut self, on: bool, first: usize) {
+        for (i, stage) in self.stages.iter_mut().enumerate() {
+            let on = on && i >= first;
             if let Some(d) = &mut stage.downsample {
                 d.pre_block.mlp.set_bf16(on);
                 d.channel.set_bf16(on);

@@ -15,6 +15,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
 
 use super::gelu::gelu_slice;
+use super::pointwise_bf16::{accumulate_block, block_scratch, PackedWeight};
 use crate::gemm_f32::{packed_unchecked, PackedB};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
@@ -35,6 +36,9 @@ pub(super) struct ChannelMixer<'a> {
     /// MLP's input and the residual, so it never goes to memory. The op's inputs are then the
     /// block input (twice).
     pub token_mixer: Option<&'a super::Depthwise>,
+    /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
+    /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
+    pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
 }
 
 /// Per-worker scratch.
@@ -46,6 +50,49 @@ struct Scratch {
     y: Vec<f32>,
     /// The token mixer's output block `c x COLS` (only with a token mixer).
     t: Vec<f32>,
+    /// bf16 pairs of a product's input block (only in the bf16 mode).
+    pairs: Vec<u32>,
+}
+
+impl ChannelMixer<'_> {
+    /// `out (rows ld_out apart) += W x` for a block of `w` pixels whose `k` input planes lie
+    /// `ld_x` apart in `x`; `first` picks `conv1` (`k = c`, else `conv2`, `k = hid`).
+    ///
+    /// # Safety
+    /// `out` must address `rows x w` values (row stride `ld_out`) no other task touches;
+    /// `x` must hold `(k - 1) * ld_x + w` values.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(
+        &self,
+        first: bool,
+        k: usize,
+        (packed, pairs): (&mut PackedB, &mut [u32]),
+        x: &[f32],
+        ld_x: usize,
+        w: usize,
+        out: *mut f32,
+        ld_out: usize,
+    ) {
+        let (weight, rows) = if first {
+            (self.w1, self.b1.len())
+        } else {
+            (self.w2, self.b2.len())
+        };
+        match self.bf16 {
+            Some((p1, p2)) => {
+                let p = if first { p1 } else { p2 };
+                // SAFETY: per the caller; `pairs` was sized for the wider of `c` and `hid`.
+                unsafe { accumulate_block(p, x, ld_x, w, pairs, out, ld_out) }
+            }
+            None => {
+                packed.fill_columns_from_rows(x, ld_x, w);
+                // SAFETY: `weight` is `rows x k`, the packed block `k x w`, `out` per the caller.
+                unsafe {
+                    packed_unchecked(rows, weight, k, packed, 0..k, 0..w, out, ld_out, true);
+                }
+            }
+        }
+    }
 }
 
 impl CustomOp2 for ChannelMixer<'_> {
@@ -123,6 +170,11 @@ impl CustomOp2 for ChannelMixer<'_> {
                         0
                     }
                 ],
+                pairs: if self.bf16.is_some() {
+                    block_scratch(c.max(hid), COLS)
+                } else {
+                    Vec::new()
+                },
             },
             |s, task| {
                 let (b, j0) = (task / chunks, (task % chunks) * COLS);
@@ -157,28 +209,17 @@ impl CustomOp2 for ChannelMixer<'_> {
                 } else {
                     &img[j0..]
                 };
-                s.x.fill_columns_from_rows(src, ld, w);
                 let hidden = &mut s.hidden[..hid * w];
                 for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
                     row.fill(bias);
                 }
-                // SAFETY: `w1` is `hid x c`, the packed block `c x w`, `hidden` `hid x w`
-                // (row stride `w`), all checked or sized above.
+                // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`); `src`
+                // holds the `c` input planes `ld` apart from the block's first pixel.
                 unsafe {
-                    packed_unchecked(
-                        hid,
-                        self.w1,
-                        c,
-                        &s.x,
-                        0..c,
-                        0..w,
-                        hidden.as_mut_ptr(),
-                        w,
-                        true,
-                    );
+                    let out = hidden.as_mut_ptr();
+                    self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
                 }
                 gelu_slice(hidden);
-                s.h.fill_columns_from_rows(hidden, w, w);
                 let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
                 let r = res;
                 // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
@@ -193,23 +234,32 @@ impl CustomOp2 for ChannelMixer<'_> {
                                     v.write(r + bias);
                                 }
                             }
-                            packed_unchecked(co, self.w2, hid, &s.h, 0..hid, 0..w, dst, hw, true);
+                            self.product(
+                                false,
+                                hid,
+                                (&mut s.h, &mut s.pairs),
+                                hidden,
+                                w,
+                                w,
+                                dst,
+                                hw,
+                            );
                         }
                         Some(scale) => {
                             let y = &mut s.y[..co * w];
                             for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
                                 row.fill(bias);
                             }
-                            packed_unchecked(
-                                co,
-                                self.w2,
+                            let out = y.as_mut_ptr();
+                            self.product(
+                                false,
                                 hid,
-                                &s.h,
-                                0..hid,
-                                0..w,
-                                y.as_mut_ptr(),
+                                (&mut s.h, &mut s.pairs),
+                                hidden,
                                 w,
-                                true,
+                                w,
+                                out,
+                                w,
                             );
                             for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
                                 let row = crate::kernels::uninit_row(dst.add(o * hw), w);
@@ -306,6 +356,90 @@ mod tests {
 }
 
 #[cfg(test)]
+mod bf16 {
+    use candle_core::{Device, Tensor};
+
+    use super::super::Depthwise;
+    use super::tests::random_mlp;
+
+    /// In the bf16 mode the fused mixer computes exactly what the two bf16 convs compute one
+    /// after the other (same roundings, same sums per pixel): the RepViT form, the fuser's
+    /// scaled form, a narrower output and the token mixer inside, at odd sizes.
+    #[test]
+    fn equals_the_two_bf16_convs() -> candle_core::Result<()> {
+        if !crate::attention_bf16::supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        let bf16 = |(mut a, mut b): (super::super::Pointwise, super::super::Pointwise)| {
+            a.set_bf16(true);
+            b.set_bf16(true);
+            (a, b)
+        };
+        let fused =
+            |t: Option<Tensor>| t.ok_or_else(|| candle_core::Error::Msg("no fused path".into()));
+        for (n, c, h, w) in [
+            (1usize, 48usize, 20usize, 13usize),
+            (2, 12, 9, 40),
+            (1, 32, 16, 16),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let (conv1, conv2) = bf16(random_mlp(c, 2 * c)?);
+            let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
+            let got = fused(conv1.channel_mixer(&conv2, &x)?)?;
+            assert!(
+                crate::compare::same_bits(&got, &want)?,
+                "mixer {n}x{c}x{h}x{w}"
+            );
+
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 0.5, c, &dev)?,
+                1,
+                1,
+            )?;
+            let t = dw.forward(&x)?;
+            let want = conv2.forward_add(&conv1.forward_gelu(&t)?, &t)?;
+            let got = fused(conv1.channel_mixer_after(&conv2, &dw, &x)?)?;
+            assert!(
+                crate::compare::same_bits(&got, &want)?,
+                "token mixer {n}x{c}x{h}x{w}"
+            );
+
+            let (conv1, conv2) = bf16(random_mlp(c, 4 * c)?);
+            let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let g = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let host_g: Vec<f32> = g.to_vec1()?;
+            let y = conv2.forward(&conv1.forward_gelu(&x)?)?;
+            let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
+            let got = fused(conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))?)?;
+            assert!(
+                crate::compare::same_bits(&got, &want)?,
+                "scaled {n}x{c}x{h}x{w}"
+            );
+
+            let co = c / 4;
+            let (conv1, _) = bf16(random_mlp(c, 4 * c)?);
+            let (narrow, _) = bf16(random_mlp(4 * c, co)?);
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            let want = narrow.forward_add(&conv1.forward_gelu(&x)?, &r)?;
+            let got = fused(conv1.mlp_residual(&narrow, &x, &r, None)?)?;
+            assert!(
+                crate::compare::same_bits(&got, &want)?,
+                "narrow {n}x{c}x{h}x{w}"
+            );
+
+            // One conv in bf16 and one exact: no fused path (the ops run one by one).
+            let (mut a, b) = random_mlp(c, 2 * c)?;
+            a.set_bf16(true);
+            assert!(a.channel_mixer(&b, &x)?.is_none());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
 mod fused_token_mixer {
     use candle_core::{Device, Tensor};
 
@@ -355,8 +489,19 @@ mod speed {
     fn stage_shapes() -> candle_core::Result<()> {
         crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        for (c, side) in [(48usize, 256usize), (96, 128), (192, 64), (384, 32)] {
-            let (conv1, conv2) = super::tests::random_mlp(c, 2 * c)?;
+        for (c, side, bf16) in [48usize, 96, 192, 384]
+            .into_iter()
+            .flat_map(|c| [(c, 12288 / c, false), (c, 12288 / c, true)])
+            .chain([(256, 64, false), (256, 64, true)])
+        {
+            if bf16 && !crate::attention_bf16::supported() {
+                continue;
+            }
+            // RepViT's stages (hidden 2c), then the memory fuser's shape (hidden 4c).
+            let hid = if c == 256 { 4 * c } else { 2 * c };
+            let (mut conv1, mut conv2) = super::tests::random_mlp(c, hid)?;
+            conv1.set_bf16(bf16);
+            conv2.set_bf16(bf16);
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let reps = 10;
             let _ = conv1.channel_mixer(&conv2, &x)?;
@@ -365,9 +510,10 @@ mod speed {
                 let _ = conv1.channel_mixer(&conv2, &x)?;
             }
             let s = t.elapsed().as_secs_f64() / reps as f64;
-            let flop = 2.0 * 4.0 * (c * c * side * side) as f64;
+            let flop = 2.0 * 2.0 * (c * hid * side * side) as f64;
             println!(
-                "c {c:3} {side}x{side}: {:.2} ms, {:.0} GFLOP/s",
+                "c {c:3} hid {hid:4} {side}x{side} {}: {:.2} ms, {:.0} GFLOP/s",
+                if bf16 { "bf16" } else { "f32 " },
                 s * 1e3,
                 flop / s / 1e9
             );

@@ -5,6 +5,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 
+use super::pointwise_bf16::PackedWeight;
 use crate::gemm_f32::{packed_unchecked, PackedB};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 use candle_nn::VarBuilder;
@@ -230,11 +231,10 @@ impl Pointwise {
         token_mixer: &super::Depthwise,
         x: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        if !fused_ok(x)
-            || self.bf16.is_some()
-            || conv2.bf16.is_some()
-            || !token_mixer.is_same_size()
-        {
+        let Some(bf16) = self.mixer_weights(conv2) else {
+            return Ok(None);
+        };
+        if !fused_ok(x) || !token_mixer.is_same_size() {
             return Ok(None);
         }
         let x = x.contiguous()?;
@@ -245,12 +245,28 @@ impl Pointwise {
             b2: &conv2.host_bias,
             scale: None,
             token_mixer: Some(token_mixer),
+            bf16,
         };
         Ok(Some(x.apply_op2_no_bwd(&x, &op)?))
     }
 
-    /// `residual + scale * conv2(gelu(self(x)))` in one pass on CPU f32 inputs where both
-    /// convs run exact f32 (`scale` per output channel); `None` means: run the ops one by one.
+    /// The fused MLP's products: both exact (`Some(None)`), both bf16, or `None` when only one
+    /// conv is switched to bf16 (then the ops run one by one).
+    #[allow(clippy::type_complexity)]
+    fn mixer_weights<'a>(
+        &'a self,
+        conv2: &'a Pointwise,
+    ) -> Option<Option<(&'a PackedWeight, &'a PackedWeight)>> {
+        match (self.bf16.as_deref(), conv2.bf16.as_deref()) {
+            (Some(a), Some(b)) => Some(Some((a, b))),
+            (None, None) => Some(None),
+            _ => None,
+        }
+    }
+
+    /// `residual + scale * conv2(gelu(self(x)))` in one pass on CPU f32 inputs (`scale` per
+    /// output channel; bf16 products when both convs are switched to bf16); `None` means: run
+    /// the ops one by one.
     pub(crate) fn mlp_residual(
         &self,
         conv2: &Pointwise,
@@ -258,7 +274,10 @@ impl Pointwise {
         residual: &Tensor,
         scale: Option<&[f32]>,
     ) -> candle_core::Result<Option<Tensor>> {
-        if !fused_ok(x) || !fused_ok(residual) || self.bf16.is_some() || conv2.bf16.is_some() {
+        let Some(bf16) = self.mixer_weights(conv2) else {
+            return Ok(None);
+        };
+        if !fused_ok(x) || !fused_ok(residual) {
             return Ok(None);
         }
         let op = super::channel_mixer::ChannelMixer {
@@ -268,6 +287,7 @@ impl Pointwise {
             b2: &conv2.host_bias,
             scale,
             token_mixer: None,
+            bf16,
         };
         Ok(Some(
             x.contiguous()?

@@ -49,62 +49,41 @@ impl PackedWeight {
 /// Accumulates `w x` into `out` (`n x out_ch x hw`, pre-filled) for `x` `n x in_ch x hw`.
 pub(crate) fn accumulate(w: &PackedWeight, x: &[f32], hw: usize, out: &mut [f32]) {
     let (oc, ic) = (w.out_ch, w.in_ch);
-    if hw == 0 || oc == 0 {
+    if hw == 0 || oc == 0 || out.len() < oc * hw || x.len() < ic * hw {
         return;
     }
-    for (dst, src) in out.chunks_mut(oc * hw).zip(x.chunks(ic * hw)) {
-        let tasks: Vec<usize> = (0..hw).step_by(PIXELS_PER_TASK).collect();
-        let workers = crate::kernels::threads().min(tasks.len()).max(1);
-        let queue = std::sync::Mutex::new(tasks.into_iter());
-        // Output rows are disjoint per pixel range; hand each worker raw row pointers.
-        let dst_ptr = SendPtr(dst.as_mut_ptr());
-        let run = || {
-            let mut packed = vec![0u32; ic / 2 * PIXELS_PER_TASK + 64];
-            loop {
-                let next = match queue.lock() {
-                    Ok(mut it) => it.next(),
-                    Err(_) => None,
-                };
-                let Some(p0) = next else { break };
-                let n = PIXELS_PER_TASK.min(hw - p0);
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `PackedWeight` exists only where AVX512-BF16 is supported; the task
-                // writes only pixels `p0..p0 + n` of each output row, disjoint from every
-                // other task's, and `dst` outlives the scope.
-                unsafe {
-                    x86::task(w, src, hw, p0, n, &mut packed, dst_ptr, oc);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (n, &mut packed, dst_ptr);
+    let images = (out.len() / (oc * hw)).min(x.len() / (ic * hw));
+    let chunks = hw.div_ceil(PIXELS_PER_TASK);
+    // Tasks write disjoint pixel ranges of the output rows; its address travels as an integer.
+    let out_addr = out.as_mut_ptr() as usize;
+    crate::kernels::run_tasks_with(
+        (0..images * chunks).collect(),
+        crate::kernels::threads(),
+        || block_scratch(ic, PIXELS_PER_TASK),
+        |packed, task| {
+            let (b, p0) = (task / chunks, (task % chunks) * PIXELS_PER_TASK);
+            let n = PIXELS_PER_TASK.min(hw - p0);
+            let dst = (out_addr as *mut f32).wrapping_add(b * oc * hw + p0);
+            // SAFETY: image `b`'s input holds `ic x hw` values from `b * ic * hw`; the task
+            // writes only pixels `p0..p0 + n` of image `b`'s output rows, disjoint from every
+            // other task's, and `out` outlives the call.
+            unsafe {
+                accumulate_block(w, &x[b * ic * hw + p0..], hw, n, packed, dst, hw);
             }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..workers {
-                scope.spawn(run);
-            }
-            run();
-        });
-    }
+        },
+    );
 }
-
-/// A raw output pointer shared by workers that write disjoint pixels.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: workers write disjoint elements through it (see `accumulate`).
-unsafe impl Send for SendPtr {}
-// SAFETY: as above; the pointer itself is only copied.
-unsafe impl Sync for SendPtr {}
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{PackedWeight, SendPtr};
+    use super::PackedWeight;
 
-    /// Packs pixels `p0..p0+n` of the `ic` planes into channel pairs (`ic/2` rows of `n64`
-    /// lanes, `n64 = n` rounded up to 16, padded with zeros).
+    /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs (`ic/2`
+    /// rows of `n64` lanes, `n64 = n` rounded up to 16, padded with zeros).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn pack(x: &[f32], hw: usize, ic: usize, p0: usize, n: usize, out: &mut [u32]) {
+    unsafe fn pack(x: &[f32], ld: usize, ic: usize, n: usize, out: &mut [u32]) {
         let stride = n.div_ceil(16) * 16;
         // Interleave two 16-lane bf16 halves: lanes (a0, b0, a1, b1, ...).
         let idx = _mm512_set_epi16(
@@ -112,8 +91,8 @@ mod x86 {
             4, 19, 3, 18, 2, 17, 1, 16, 0,
         );
         for cp in 0..ic / 2 {
-            let a = x.as_ptr().add(2 * cp * hw + p0);
-            let b = x.as_ptr().add((2 * cp + 1) * hw + p0);
+            let a = x.as_ptr().add(2 * cp * ld);
+            let b = x.as_ptr().add((2 * cp + 1) * ld);
             let dst = out.as_mut_ptr().add(cp * stride);
             let mut p = 0;
             while p < n {
@@ -135,7 +114,7 @@ mod x86 {
     }
 
     /// `R` output channels x 4 blocks of 16 pixels: packed lanes `q..q+64`, output pixels
-    /// `pix..pix+valid` (`valid <= 64`; the rest is masked).
+    /// `q..q+valid` of rows `ld` apart (`valid <= 64`; the rest is masked).
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block<const R: usize>(
@@ -144,10 +123,9 @@ mod x86 {
         packed: &[u32],
         stride: usize,
         q: usize,
-        pix: usize,
         valid: usize,
         out: *mut f32,
-        hw: usize,
+        ld: usize,
     ) {
         const C: usize = 4;
         let kp = w.in_ch / 2;
@@ -158,7 +136,7 @@ mod x86 {
         });
         for (r, row) in acc.iter_mut().enumerate() {
             for (c, a) in row.iter_mut().enumerate() {
-                *a = _mm512_maskz_loadu_ps(masks[c], out.add((o0 + r) * hw + pix + c * 16));
+                *a = _mm512_maskz_loadu_ps(masks[c], out.add((o0 + r) * ld + q + c * 16));
             }
         }
         for k in 0..kp {
@@ -178,27 +156,26 @@ mod x86 {
         }
         for (r, row) in acc.iter().enumerate() {
             for (c, a) in row.iter().enumerate() {
-                _mm512_mask_storeu_ps(out.add((o0 + r) * hw + pix + c * 16), masks[c], *a);
+                _mm512_mask_storeu_ps(out.add((o0 + r) * ld + q + c * 16), masks[c], *a);
             }
         }
     }
 
-    /// Pixels `p0..p0+n` of every output channel; `packed` holds `in/2 * n` lanes plus 64 of
-    /// slack (the last tile reads whole 64-lane groups).
+    /// `n` pixels of every output channel: the input planes `ld_x` apart, the output rows
+    /// `ld_out` apart, both from the block's first pixel; `packed` holds `in/2 * n` lanes plus
+    /// 64 of slack (the last tile reads whole 64-lane groups).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn task(
         w: &PackedWeight,
         x: &[f32],
-        hw: usize,
-        p0: usize,
+        ld_x: usize,
         n: usize,
         packed: &mut [u32],
-        out: SendPtr,
-        oc: usize,
+        out: *mut f32,
+        ld_out: usize,
     ) {
-        pack(x, hw, w.in_ch, p0, n, packed);
-        let stride = n.div_ceil(16) * 16;
+        pack(x, ld_x, w.in_ch, n, packed);
+        let (stride, oc) = (n.div_ceil(16) * 16, w.out_ch);
         let mut q = 0;
         while q < n {
             let valid = (n - q).min(64);
@@ -206,16 +183,46 @@ mod x86 {
             let mut o = 0;
             while o < oc {
                 if oc - o >= 4 {
-                    block::<4>(w, o, packed, stride, q, p0 + q, valid, out.0, hw);
+                    block::<4>(w, o, packed, stride, q, valid, out, ld_out);
                     o += 4;
                 } else {
-                    block::<1>(w, o, packed, stride, q, p0 + q, valid, out.0, hw);
+                    block::<1>(w, o, packed, stride, q, valid, out, ld_out);
                     o += 1;
                 }
             }
             q += 64;
         }
     }
+}
+
+/// Scratch [`accumulate_block`] needs for `in_ch` channels of `n` pixels.
+pub(crate) fn block_scratch(in_ch: usize, n: usize) -> Vec<u32> {
+    vec![0u32; in_ch / 2 * n.div_ceil(16) * 16 + 64]
+}
+
+/// Accumulates `w x` into one block of `n` pixels: `x` holds `w.in_ch` planes `ld_x` apart,
+/// `out` `w.out_ch` pre-filled rows `ld_out` apart, both from the block's first pixel.
+///
+/// # Safety
+/// `x` must hold `(in_ch - 1) * ld_x + n` values, `scratch` come from [`block_scratch`] for
+/// (at least) `in_ch` and `n`, and `out .. out + (out_ch - 1) * ld_out + n` be writable by
+/// this caller alone; the CPU must have AVX512-BF16 (true wherever a [`PackedWeight`] exists).
+pub(crate) unsafe fn accumulate_block(
+    w: &PackedWeight,
+    x: &[f32],
+    ld_x: usize,
+    n: usize,
+    scratch: &mut [u32],
+    out: *mut f32,
+    ld_out: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: per the caller.
+    unsafe {
+        x86::task(w, x, ld_x, n, scratch, out, ld_out);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (w, x, ld_x, n, scratch, out, ld_out);
 }
 
 #[cfg(test)]
