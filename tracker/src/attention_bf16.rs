@@ -13,7 +13,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use crate::attention::{online_softmax, TILE_K, TILE_Q};
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// Whether this CPU has the instructions of the bf16 kernel.
 pub fn supported() -> bool {
@@ -58,20 +58,73 @@ pub(crate) fn bf16_bits(x: f32) -> u32 {
 }
 
 /// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
-/// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero.
+/// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero, and so
+/// is the missing channel of an odd width's last pair.
 fn pack_keys(k: &[f32], lk: usize, d: usize) -> Vec<u32> {
-    let pairs = d / 2;
+    let pairs = d.div_ceil(2);
     let blocks = lk.div_ceil(16);
     let mut out = vec![0u32; blocks * pairs * 16];
     for j in 0..lk {
         let (b, lane) = (j / 16, j % 16);
         let row = &k[j * d..(j + 1) * d];
         for p in 0..pairs {
-            out[(b * pairs + p) * 16 + lane] =
-                bf16_bits(row[2 * p]) | (bf16_bits(row[2 * p + 1]) << 16);
+            let hi = row.get(2 * p + 1).map_or(0, |&x| bf16_bits(x));
+            out[(b * pairs + p) * 16 + lane] = bf16_bits(row[2 * p]) | (hi << 16);
         }
     }
     out
+}
+
+/// One group of keys and their values, packed for the bf16 products: `lk` keys of width `d`
+/// (any width: an odd one is padded with a zero channel) and values of width `dv` (a multiple
+/// of 16).
+pub(crate) struct PackedKeys {
+    keys: Vec<u32>,
+    values: Vec<u32>,
+    lk: usize,
+    d: usize,
+    dv: usize,
+}
+
+impl PackedKeys {
+    /// `k` `lk x d`, `v` `lk x dv`.
+    pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
+        Self {
+            keys: pack_keys(k, lk, d),
+            values: pack_values(v, lk, dv),
+            lk,
+            d,
+            dv,
+        }
+    }
+}
+
+/// Per-worker buffers of [`attend_groups`] for key widths up to `d`.
+pub(crate) fn scratch(d: usize) -> Scratch {
+    Scratch::new(d)
+}
+
+/// `softmax([q_g k_g^T for each group g] * scale) [v_g]` for one tile of query rows: one online
+/// softmax over all groups' keys. Each group brings its queries (`rows x` its key width) and
+/// keys; `out` is `rows x dv`, the groups' common value width.
+///
+/// # Safety
+/// The CPU must have AVX512-BF16 ([`supported`]); `scratch` must come from [`scratch`] for at
+/// least the widest group's key width, `rows <= TILE_Q`, and every group's `dv` equal
+/// `out.len() / rows`.
+pub(crate) unsafe fn attend_groups(
+    groups: &[(&[f32], &PackedKeys)],
+    out: &mut [f32],
+    scratch: &mut Scratch,
+    scale: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: per the caller.
+    unsafe {
+        x86::attend_groups(groups, out, scratch, scale)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (groups, out, scratch, scale);
 }
 
 /// Values packed for the output product: for each pair of keys `jp` and block of 16 channels,
@@ -129,10 +182,10 @@ impl CustomOp3 for FusedAttentionBf16 {
         if out.is_empty() || lk == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
-        let packed: Vec<(Vec<u32>, Vec<u32>)> = (0..n * h)
+        let packed: Vec<PackedKeys> = (0..n * h)
             .map(|bh| {
                 let kv = bh * lk * d..(bh + 1) * lk * d;
-                (pack_keys(&k[kv.clone()], lk, d), pack_values(&v[kv], lk, d))
+                PackedKeys::new(&k[kv.clone()], &v[kv], lk, d, d)
             })
             .collect();
         let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
@@ -141,45 +194,28 @@ impl CustomOp3 for FusedAttentionBf16 {
                 tasks.push((bh, t * TILE_Q, tile));
             }
         }
-        let workers = threads().min(tasks.len()).max(1);
-        let queue = std::sync::Mutex::new(tasks.into_iter());
         let scale = self.scale;
-        let run = || {
-            let mut scratch = Scratch::new(d);
-            loop {
-                let next = match queue.lock() {
-                    Ok(mut it) => it.next(),
-                    Err(_) => None,
-                };
-                let Some((bh, q0, tile)) = next else { break };
+        run_tasks_with(
+            tasks,
+            threads(),
+            || Scratch::new(d),
+            |scratch, (bh, q0, tile)| {
                 let rows = tile.len() / d;
                 let qt = &q[(bh * lq + q0) * d..][..rows * d];
-                let (kp, vp) = &packed[bh];
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `supported()` was checked above (AVX-512F + AVX512-BF16); the packed
-                // buffers were built for `lk` keys of width `d`, `tile` is `rows x d`.
-                unsafe {
-                    x86::attend_tile(qt, kp, vp, tile, &mut scratch, lk, d, scale);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (qt, kp, vp, &mut scratch, rows);
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..workers {
-                scope.spawn(run);
-            }
-            run();
-        });
+                // SAFETY: `supported()` was checked above; the scratch fits width `d`, the tile
+                // has at most TILE_Q rows of the keys' value width `d`.
+                unsafe { attend_groups(&[(qt, &packed[bh])], tile, scratch, scale) };
+            },
+        );
         Ok((CpuStorage::F32(out), shape))
     }
 }
 
 /// Per-worker buffers.
-struct Scratch {
+pub(crate) struct Scratch {
     /// Score / probability tile, `TILE_Q x TILE_K` f32.
     scores: Vec<f32>,
-    /// Query tile as bf16 pairs, `TILE_Q x d/2`.
+    /// Query tile as bf16 pairs, `TILE_Q x ceil(d/2)`.
     q_pairs: Vec<u32>,
     /// Probabilities as bf16 pairs, `TILE_Q x TILE_K/2`.
     p_pairs: Vec<u32>,
@@ -191,7 +227,7 @@ impl Scratch {
     fn new(d: usize) -> Self {
         Self {
             scores: vec![0.0; TILE_Q * TILE_K],
-            q_pairs: vec![0; TILE_Q * d / 2],
+            q_pairs: vec![0; TILE_Q * d.div_ceil(2)],
             p_pairs: vec![0; TILE_Q * TILE_K / 2],
             max: vec![0.0; TILE_Q],
             sum: vec![0.0; TILE_Q],
@@ -206,7 +242,7 @@ pub(crate) use x86::to_bf16_pairs;
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{online_softmax, Scratch, TILE_K};
+    use super::{online_softmax, PackedKeys, Scratch, TILE_K};
 
     /// `n` f32 at `src` -> `n` bf16 at `dst` (as `n / 2` pairs), `n` a multiple of 2; the tail
     /// past the last multiple of 32 is converted one pair at a time with the same rounding.
@@ -321,28 +357,57 @@ mod x86 {
         }
     }
 
-    /// One query tile (`q` `rows x d`) against all keys; `out` is `rows x d`.
+    /// See [`super::attend_groups`].
     #[target_feature(enable = "avx512f,avx512bf16")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn attend_tile(
-        q: &[f32],
-        k_packed: &[u32],
-        v_packed: &[u32],
+    pub(super) unsafe fn attend_groups(
+        groups: &[(&[f32], &PackedKeys)],
         out: &mut [f32],
         scratch: &mut Scratch,
-        lk: usize,
-        d: usize,
         scale: f32,
     ) {
-        let rows = out.len() / d;
-        let pairs = d / 2;
-        let blocks_d = d / 16;
-        let q_pairs = &mut scratch.q_pairs[..rows * pairs];
-        to_bf16_pairs(q, q_pairs);
+        let Some(dv) = groups.first().map(|(_, k)| k.dv) else {
+            out.fill(0.0);
+            return;
+        };
+        let rows = out.len() / dv;
         let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
         max.fill(f32::NEG_INFINITY);
         sum.fill(0.0);
         out.fill(0.0);
+        for &(q, keys) in groups {
+            attend_group(q, keys, out, scratch, scale);
+        }
+        let sum = &scratch.sum[..rows];
+        for (o, &s) in out.chunks_mut(dv).zip(sum) {
+            o.iter_mut().for_each(|v| *v /= s);
+        }
+    }
+
+    /// One group of keys for the query rows `q` (`rows x keys.d`): scores, the online softmax
+    /// step and the value product into `out` (`rows x keys.dv`).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn attend_group(
+        q: &[f32],
+        keys: &PackedKeys,
+        out: &mut [f32],
+        scratch: &mut Scratch,
+        scale: f32,
+    ) {
+        let (lk, d, dv) = (keys.lk, keys.d, keys.dv);
+        let (k_packed, v_packed) = (&keys.keys[..], &keys.values[..]);
+        let rows = out.len() / dv;
+        let pairs = d.div_ceil(2);
+        let blocks_d = dv / 16;
+        let q_pairs = &mut scratch.q_pairs[..rows * pairs];
+        if d.is_multiple_of(2) {
+            to_bf16_pairs(&q[..rows * d], q_pairs);
+        } else {
+            // Row by row: an odd width's last pair takes a zero.
+            for (src, dst) in q.chunks(d).zip(q_pairs.chunks_mut(pairs)) {
+                to_bf16_pairs(src, dst);
+            }
+        }
+        let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
         for k0 in (0..lk).step_by(TILE_K) {
             let cols = TILE_K.min(lk - k0);
             let s = &mut scratch.scores[..rows * cols];
@@ -373,7 +438,7 @@ mod x86 {
                 }
                 r += if rr == 4 { 4 } else { 1 };
             }
-            online_softmax(s, cols, scale, max, sum, out, d);
+            online_softmax(s, cols, scale, max, sum, out, dv);
             // Probabilities to bf16 pairs (an odd last key pairs with a zero).
             let key_pairs = cols.div_ceil(2);
             let p_pairs = &mut scratch.p_pairs[..rows * key_pairs];
@@ -388,32 +453,28 @@ mod x86 {
             while r < rows {
                 let rr = (rows - r).min(4);
                 let pp = &p_pairs[r * key_pairs..];
-                let o = &mut out[r * d..];
+                let o = &mut out[r * dv..];
                 let mut c = 0;
                 while c < blocks_d {
                     let cc = (blocks_d - c).min(4);
                     match (rr, cc) {
                         (4, 4) => value_block::<4, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
                         ),
                         (4, _) => value_block::<4, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
                         ),
                         (_, 4) => value_block::<1, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
                         ),
                         _ => value_block::<1, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, d, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
                         ),
                     }
                     c += if cc == 4 { 4 } else { 1 };
                 }
                 r += if rr == 4 { 4 } else { 1 };
             }
-        }
-        for r in 0..rows {
-            let inv = sum[r];
-            out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o /= inv);
         }
     }
 }

@@ -22,7 +22,9 @@ use crate::linear_bf16::FusedReluMlpBf16;
 use crate::linear_bf16::SwitchLinear;
 use crate::linear_f32::FusedReluMlp;
 use crate::rope::AxialRope;
-use crate::split_key_attention::{split_key_attention, FoldedProjections};
+use crate::split_key_attention::{
+    split_key_attention, split_key_attention_bf16, FoldedProjections,
+};
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
 fn invalid(message: String) -> Error {
@@ -150,7 +152,12 @@ impl RopeAttention {
         let values = value.index_select(&order, 1)?;
         let q = q_rope.apply(&p.queries(query)?)?.squeeze(1)?.contiguous()?;
         let q_low = folded.low_queries(&q)?;
-        let averaged = split_key_attention(&q, &q_low, &k_rot, &k_low, &values, p.scaling())?;
+        let attend = if p.bf16_products {
+            split_key_attention_bf16
+        } else {
+            split_key_attention
+        };
+        let averaged = attend(&q, &q_low, &k_rot, &k_low, &values, p.scaling())?;
         Ok(folded.output(&averaged)?)
     }
 }

@@ -7,13 +7,12 @@ use std::str::FromStr;
 ///
 /// * [`Precision::F32`] (default): exact float32 everywhere; what the parity tests check.
 /// * [`Precision::Bf16`]: the fast mode, on CPUs with AVX512-BF16. These products take bf16
-///   inputs with f32 accumulation: memory attention's self-attention, projections and MLP,
-///   the memory encoder's 1x1 convolutions (its fuser's MLPs included), and the image
-///   encoder's 1x1 convolutions from the backbone's stride-16 stage on, its FPN and
-///   high-resolution convs. Exact f32 stays where bf16 costs accuracy or gains nothing: the
+///   inputs with f32 accumulation: memory attention's attention products (the folded
+///   cross-attention's too), projections and MLP; the memory encoder's 1x1 convolutions (its
+///   fuser's MLPs included); the image encoder's 1x1 convolutions from the backbone's
+///   stride-16 stage on, its FPN and high-resolution convs. Exact f32 stays where bf16 costs accuracy or gains nothing: the
 ///   backbone's stride-4/8 stages (in bf16 they moved prompted-frame masks below the bar,
-///   IoU 0.9856), memory cross-attention (its folded f32 form is faster than bf16 products),
-///   the decoder, norms, softmax and everything elementwise.
+///   IoU 0.9856), the decoder, norms, softmax and everything elementwise.
 ///   The mode's own tolerance: the binary masks keep an IoU >= 0.99 with the f32 path on every
 ///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9923). On
 ///   other CPUs and devices it runs the f32 path.

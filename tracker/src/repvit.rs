@@ -277,7 +277,14 @@ mod profile {
     #[ignore]
     fn op_kinds() -> candle_core::Result<()> {
         let dev = Device::Cpu;
-        let net = RepVit::new(crate::weights::random_var_builder(0, &dev))?;
+        let mut net = RepVit::new(crate::weights::random_var_builder(0, &dev))?;
+        // `EDGETAM_PROFILE_BF16=N`: the bf16 mode's products from stage N on.
+        if let Some(first) = std::env::var("EDGETAM_PROFILE_BF16")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            net.set_bf16_from(true, first);
+        }
         let x = Tensor::randn(0f32, 1.0, (1, 3, 1024, 1024), &dev)?;
         let acc: std::cell::RefCell<std::collections::BTreeMap<&str, f64>> = Default::default();
         let mut time = |name: &'static str, f: &mut dyn FnMut() -> candle_core::Result<Tensor>| {

@@ -41,6 +41,34 @@ pub fn split_key_attention(
     v: &Tensor,
     scale: f64,
 ) -> Result<Tensor> {
+    split_keys(q, q_low, k_rot, k_low, v, scale, false)
+}
+
+/// [`split_key_attention`] with bf16 products and f32 accumulation (the `bf16` fast mode, as
+/// [`crate::attention_bf16`]: scores, softmax and output f32). Runs the exact f32 pass where
+/// the CPU lacks AVX512-BF16 or the value width is not a multiple of 16.
+pub fn split_key_attention_bf16(
+    q: &Tensor,
+    q_low: &Tensor,
+    k_rot: &Tensor,
+    k_low: &Tensor,
+    v: &Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let dv = v.dims().last().copied().unwrap_or(0);
+    let bf16 = crate::attention_bf16::supported() && dv > 0 && dv.is_multiple_of(16);
+    split_keys(q, q_low, k_rot, k_low, v, scale, bf16)
+}
+
+fn split_keys(
+    q: &Tensor,
+    q_low: &Tensor,
+    k_rot: &Tensor,
+    k_low: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    bf16: bool,
+) -> Result<Tensor> {
     let (bq, lq, d) = q.dims3()?;
     let (b, lr, kd) = k_rot.dims3()?;
     let (lb, lu, e) = k_low.dims3()?;
@@ -82,6 +110,7 @@ pub fn split_key_attention(
             e,
             dv,
             scale: scale as f32,
+            bf16,
         };
         return q
             .contiguous()?
@@ -170,6 +199,8 @@ struct SplitKeyOp {
     e: usize,
     dv: usize,
     scale: f32,
+    /// bf16 products ([`crate::attention_bf16::attend_groups`]); checked supported.
+    bf16: bool,
 }
 
 /// One batch entry's packed keys and values.
@@ -207,6 +238,9 @@ impl CustomOp3 for SplitKeyOp {
         let len = b * lq * dv;
         if len == 0 {
             return Ok((CpuStorage::F32(Vec::new()), shape));
+        }
+        if self.bf16 {
+            return self.cpu_fwd_bf16(q, ql, kv, (bq, lq, d), b, per_entry);
         }
         let packed: Vec<Packed> = (0..b)
             .map(|i| {
@@ -255,6 +289,58 @@ impl CustomOp3 for SplitKeyOp {
 }
 
 impl SplitKeyOp {
+    /// The bf16 pass: each key group packed once per batch entry, then per query tile one
+    /// online softmax over both groups.
+    fn cpu_fwd_bf16(
+        &self,
+        q: &[f32],
+        ql: &[f32],
+        kv: &[f32],
+        (bq, lq, d): (usize, usize, usize),
+        b: usize,
+        per_entry: usize,
+    ) -> Result<(CpuStorage, Shape)> {
+        use crate::attention_bf16::{attend_groups, scratch, PackedKeys};
+        let Self { lr, lu, e, dv, .. } = *self;
+        let packed: Vec<[PackedKeys; 2]> = (0..b)
+            .map(|i| {
+                let x = &kv[i * per_entry..][..per_entry];
+                let (kr, rest) = x.split_at(lr * d);
+                let (kl, v) = rest.split_at(lu * e);
+                let (vr, vl) = v.split_at(lr * dv);
+                [
+                    PackedKeys::new(kr, vr, lr, d, dv),
+                    PackedKeys::new(kl, vl, lu, e, dv),
+                ]
+            })
+            .collect();
+        let len = b * lq * dv;
+        let mut out = crate::kernels::zeroed(len);
+        let mut tasks = Vec::new();
+        for (entry, o) in out.chunks_mut(lq * dv).enumerate() {
+            for (t, chunk) in o.chunks_mut(TILE_Q * dv).enumerate() {
+                tasks.push((entry, t * TILE_Q, chunk));
+            }
+        }
+        let scale = self.scale;
+        run_tasks_with(
+            tasks,
+            threads(),
+            || scratch(d.max(e)),
+            |s, (entry, q0, out)| {
+                let rows = out.len() / dv;
+                let qe = if bq == 1 { 0 } else { entry };
+                let qt = &q[(qe * lq + q0) * d..][..rows * d];
+                let qlt = &ql[(qe * lq + q0) * e..][..rows * e];
+                let [rot, low] = &packed[entry];
+                // SAFETY: `bf16` is set only where `supported()`; the scratch fits the wider
+                // key width, a tile has at most TILE_Q rows and both groups' value width `dv`.
+                unsafe { attend_groups(&[(qt, rot), (qlt, low)], out, s, scale) };
+            },
+        );
+        Ok((CpuStorage::F32(out), Shape::from((b, lq, dv))))
+    }
+
     /// One query tile against both key groups: `q` `[rows, d]`, `ql` `[rows, e]`, `out`
     /// `[rows, dv]` (accumulator, then the result).
     #[allow(clippy::too_many_arguments)]
@@ -321,6 +407,8 @@ mod tests {
             (2, 1, 130, 32, 300, 70, 17, 16),
             (2, 2, 64, 16, 0, 40, 5, 8),
             (1, 1, 128, 16, 50, 0, 5, 8),
+            (2, 1, 150, 32, 37, 300, 17, 32),
+            (2, 2, 70, 16, 64, 0, 9, 16),
             (1, 1, 256, 256, 1792, 1856, 65, 64),
         ];
         for (b, bq, lq, d, lr, lu, e, dv) in cases {
@@ -336,6 +424,16 @@ mod tests {
             assert_eq!(fused.dims(), &[b, lq, dv]);
             let err = crate::compare::compare(&fused, &ops)?.rel_l2;
             assert!(err < 1e-5, "{b}x{lq}x{d}, keys {lr}+{lu}: rel_l2 {err}");
+            // bf16 products: within bf16 rounding of the exact result (and not the f32 pass).
+            let fast = split_key_attention_bf16(&q, &ql, &kr, &kl, &v, scale)?;
+            assert_eq!(fast.dims(), &[b, lq, dv]);
+            let err = crate::compare::compare(&fast, &ops)?.rel_l2;
+            let bf16 = crate::attention_bf16::supported() && dv % 16 == 0;
+            if bf16 {
+                assert!(err < 1e-2 && err > 1e-6, "bf16 {b}x{lq}x{d}: rel_l2 {err}");
+            } else {
+                assert!(err < 1e-5, "bf16 fallback {b}x{lq}x{d}: rel_l2 {err}");
+            }
         }
         Ok(())
     }
