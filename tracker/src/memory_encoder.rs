@@ -226,9 +226,13 @@ fn config_error(message: String) -> Error {
 }
 
 impl MemoryEncoder {
-    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode), the fuser's
-    /// fused MLPs (and the folded tail) included.
+    /// Switches the convolutions' bf16 products on or off (the fast mode): the mask
+    /// downsampler's strided convs and the 1x1 convs, the fuser's fused MLPs (and the folded
+    /// tail) included.
     pub(crate) fn set_bf16(&mut self, on: bool) {
+        for layer in &mut self.down {
+            layer.conv.set_bf16(on);
+        }
         self.final_conv.set_bf16(on);
         self.feature_projection.set_bf16(on);
         self.projection.set_bf16(on);
@@ -651,7 +655,11 @@ mod profile {
     #[ignore]
     fn sub_stages() -> crate::error::Result<()> {
         let dev = Device::Cpu;
-        let model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let mut model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode.
+        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
+            model.set_precision(crate::Precision::Bf16);
+        }
         let enc = &model.video.memory_encoder;
         let s = model.config().image_size;
         let e = s / 16;

@@ -456,9 +456,22 @@ pub(crate) struct Dense {
     k: usize,
     stride: usize,
     padding: usize,
+    /// The weight as bf16 pairs `[out, in * k * k]` when the bf16 fast mode is on.
+    bf16: Option<std::sync::Arc<PackedWeight>>,
 }
 
 impl Dense {
+    /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
+    /// `in * k * k`, or no AVX512-BF16).
+    pub(crate) fn set_bf16(&mut self, on: bool) {
+        let kk = self.in_ch * self.k * self.k;
+        self.bf16 = if on {
+            PackedWeight::new(&self.host_weight, self.host_bias.len(), kk).map(std::sync::Arc::new)
+        } else {
+            None
+        };
+    }
+
     /// A `k x k` convolution with bias from `weight` `[out, in, k, k]` and `bias` `[out]`.
     pub(crate) fn new(
         weight: &Tensor,
@@ -484,6 +497,7 @@ impl Dense {
             k,
             stride: stride.max(1),
             padding,
+            bf16: None,
         })
     }
 
@@ -603,7 +617,13 @@ impl CustomOp1 for DenseOp<'_> {
             for t in 0..threads {
                 scope.spawn(move || {
                     let mut cols = vec![0f32; kk * DENSE_CHUNK];
-                    let mut packed = PackedB::zeroed(kk, DENSE_CHUNK);
+                    let bf16 = d.bf16.as_deref();
+                    let mut packed =
+                        PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK);
+                    let mut pairs = match bf16 {
+                        Some(_) => super::pointwise_bf16::block_scratch(kk, DENSE_CHUNK),
+                        None => Vec::new(),
+                    };
                     let mut block = vec![0f32; out_ch * LDC];
                     for job in (t..jobs).step_by(threads) {
                         let (b, ci) = (job / chunks, job % chunks);
@@ -642,21 +662,38 @@ impl CustomOp1 for DenseOp<'_> {
                         for (row, &bias) in block.chunks_mut(LDC).zip(&d.host_bias) {
                             row[..np].fill(bias);
                         }
-                        packed.fill_columns_from_rows(&cols, np, np);
-                        // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and `block`
-                        // is `out_ch x LDC` with `np <= LDC`.
-                        unsafe {
-                            packed_unchecked(
-                                out_ch,
-                                &d.host_weight,
-                                kk,
-                                &packed,
-                                0..kk,
-                                0..np,
-                                block.as_mut_ptr(),
-                                LDC,
-                                true,
-                            );
+                        if let Some(pw) = bf16 {
+                            // SAFETY: `cols` is `kk x np` (row stride `np`), `pairs` sized for
+                            // `kk` rows of DENSE_CHUNK >= np pixels, `block` `out_ch x LDC`;
+                            // a `PackedWeight` exists only where AVX512-BF16 does.
+                            unsafe {
+                                super::pointwise_bf16::accumulate_block(
+                                    pw,
+                                    &cols,
+                                    np,
+                                    np,
+                                    &mut pairs,
+                                    block.as_mut_ptr(),
+                                    LDC,
+                                );
+                            }
+                        } else {
+                            packed.fill_columns_from_rows(&cols, np, np);
+                            // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and
+                            // `block` is `out_ch x LDC` with `np <= LDC`.
+                            unsafe {
+                                packed_unchecked(
+                                    out_ch,
+                                    &d.host_weight,
+                                    kk,
+                                    &packed,
+                                    0..kk,
+                                    0..np,
+                                    block.as_mut_ptr(),
+                                    LDC,
+                                    true,
+                                );
+                            }
                         }
                         if let DenseEpilogue::NormGelu(norm) = self.epilogue {
                             norm.normalize_columns(&mut block, LDC, np);
@@ -836,6 +873,7 @@ mod tests {
                 k,
                 stride: s,
                 padding: (k - 1) / 2,
+                bf16: None,
             };
             let plain = d.plain(&x)?;
             let pairs = [
@@ -846,6 +884,40 @@ mod tests {
                 assert_eq!(ours.dims(), theirs.dims());
                 let diff = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
                 assert!(diff < 1e-4, "case {i} {n}x{c}->{o} s{s} {h}x{w}: {diff}");
+            }
+        }
+        Ok(())
+    }
+
+    /// bf16 products in the dense conv: within bf16 rounding of candle's conv (channel counts
+    /// whose `in * k * k` is even), exact where it is odd (the kernel does not apply).
+    #[test]
+    fn dense_bf16_within_rounding() -> candle_core::Result<()> {
+        if !crate::attention_bf16::supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (n, c, o, s, h, w, applies) in [
+            (1usize, 64usize, 256usize, 2usize, 40usize, 36usize, true),
+            (2, 4, 16, 2, 33, 31, true),
+            (1, 3, 24, 2, 20, 20, false),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let mut d = Dense::new(&wt, &b, s, 1)?;
+            let plain = d.plain(&x)?;
+            d.set_bf16(true);
+            assert_eq!(d.bf16.is_some(), applies);
+            let got = d.forward(&x)?;
+            let err = ((&got - &plain)?.sqr()?.sum_all()?.to_scalar::<f32>()?
+                / plain.sqr()?.sum_all()?.to_scalar::<f32>()?)
+            .sqrt();
+            if applies {
+                assert!(err < 1e-2 && err > 0.0, "{c}->{o}: rel {err}");
+            } else {
+                assert!(err < 1e-6, "{c}->{o} stays exact: rel {err}");
             }
         }
         Ok(())
