@@ -20,6 +20,7 @@ pub fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -60,6 +61,7 @@ pub(crate) fn bf16_bits(x: f32) -> u32 {
 /// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
 /// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero, and so
 /// is the missing channel of an odd width's last pair.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 fn pack_keys(k: &[f32], lk: usize, d: usize) -> Vec<u32> {
     let pairs = d.div_ceil(2);
     let blocks = lk.div_ceil(16);
@@ -86,12 +88,47 @@ pub(crate) struct PackedKeys {
     dv: usize,
 }
 
+/// Keys per packing task (a multiple of 16 and of 2: whole key blocks and key pairs).
+const PACK_KEYS_PER_TASK: usize = 256;
+
 impl PackedKeys {
-    /// `k` `lk x d`, `v` `lk x dv`.
+    /// `k` `lk x d`, `v` `lk x dv`; packed on all compute threads, in vectors (the same
+    /// layouts and roundings as [`pack_keys`] and [`pack_values`]).
     pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
+        let pairs = d.div_ceil(2);
+        let mut keys = vec![0u32; lk.div_ceil(16) * pairs * 16];
+        let mut values = vec![0u32; lk.div_ceil(2) * dv];
+        let per = PACK_KEYS_PER_TASK;
+        let tasks: Vec<(usize, &mut [u32], &mut [u32])> = keys
+            .chunks_mut(per / 16 * pairs * 16)
+            .zip(values.chunks_mut(per / 2 * dv))
+            .enumerate()
+            .map(|(t, (kc, vc))| (t * per, kc, vc))
+            .collect();
+        run_tasks_with(
+            tasks,
+            threads(),
+            || vec![0u32; 16 * pairs],
+            |rows, (j0, kc, vc)| {
+                let n = per.min(lk - j0);
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `PackedKeys` is built only where `supported()`; the slices cover keys
+                // `j0..j0 + n` of `k` and `v` and their packed blocks and pairs.
+                unsafe {
+                    x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, rows, kc);
+                    x86::pack_values_into(&v[j0 * dv..(j0 + n) * dv], n, dv, vc);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    kc.copy_from_slice(&pack_keys(&k[j0 * d..(j0 + n) * d], n, d)[..kc.len()]);
+                    vc.copy_from_slice(&pack_values(&v[j0 * dv..(j0 + n) * dv], n, dv)[..vc.len()]);
+                    let _ = rows;
+                }
+            },
+        );
         Self {
-            keys: pack_keys(k, lk, d),
-            values: pack_values(v, lk, dv),
+            keys,
+            values,
             lk,
             d,
             dv,
@@ -129,6 +166,7 @@ pub(crate) unsafe fn attend_groups(
 
 /// Values packed for the output product: for each pair of keys `jp` and block of 16 channels,
 /// 16 lanes `(v[2jp][c], v[2jp+1][c])` (lane = channel). A missing last key is zero.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 fn pack_values(v: &[f32], lk: usize, d: usize) -> Vec<u32> {
     let key_pairs = lk.div_ceil(2);
     let mut out = vec![0u32; key_pairs * d];
@@ -236,7 +274,7 @@ impl Scratch {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::to_bf16_pairs;
+pub(crate) use x86::{interleave_bf16, to_bf16_pairs};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -264,6 +302,74 @@ mod x86 {
             let b = src.get(i + 1).copied().unwrap_or(0.0);
             dst[i / 2] = super::bf16_bits(src[i]) | (super::bf16_bits(b) << 16);
             i += 2;
+        }
+    }
+
+    /// `out[i] = bf16(a[i]) | bf16(b[i]) << 16` (`b` absent: zeros), 16 lanes at a time.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(crate) unsafe fn interleave_bf16(a: &[f32], b: Option<&[f32]>, out: &mut [u32]) {
+        // Lanes (a0, b0, a1, b1, ...) from the two converted 16-lane halves.
+        let idx = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
+        );
+        let n = out.len().min(a.len());
+        let mut i = 0;
+        while i < n {
+            let valid = (n - i).min(16);
+            let mask: __mmask16 = if valid == 16 {
+                0xffff
+            } else {
+                (1u16 << valid) - 1
+            };
+            let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
+            let vb = match b {
+                Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
+                None => _mm512_setzero_ps(),
+            };
+            let halves = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
+            let pairs = _mm512_permutexvar_epi16(idx, halves);
+            _mm512_mask_storeu_epi32(out.as_mut_ptr().add(i).cast(), mask, pairs);
+            i += 16;
+        }
+    }
+
+    /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2) x dv`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_values_into(v: &[f32], n: usize, dv: usize, out: &mut [u32]) {
+        for (jp, o) in out.chunks_mut(dv).enumerate().take(n.div_ceil(2)) {
+            let a = &v[2 * jp * dv..(2 * jp + 1) * dv];
+            let b = (2 * jp + 1 < n).then(|| &v[(2 * jp + 1) * dv..(2 * jp + 2) * dv]);
+            interleave_bf16(a, b, o);
+        }
+    }
+
+    /// [`super::pack_keys`] of `n` keys into `out` (`ceil(n/16)` blocks); `rows` is
+    /// `16 x ceil(d/2)` scratch: each block's rows are converted in vectors, then transposed.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_keys_into(
+        k: &[f32],
+        n: usize,
+        d: usize,
+        rows: &mut [u32],
+        out: &mut [u32],
+    ) {
+        let pairs = d.div_ceil(2);
+        for (b, block) in out.chunks_mut(pairs * 16).enumerate().take(n.div_ceil(16)) {
+            let keys = (n - 16 * b).min(16);
+            rows.fill(0);
+            for lane in 0..keys {
+                let j = 16 * b + lane;
+                to_bf16_pairs(
+                    &k[j * d..(j + 1) * d],
+                    &mut rows[lane * pairs..(lane + 1) * pairs],
+                );
+            }
+            for (p, dst) in block.chunks_mut(16).enumerate() {
+                for (lane, x) in dst.iter_mut().enumerate() {
+                    *x = rows[lane * pairs + p];
+                }
+            }
         }
     }
 
@@ -525,6 +631,27 @@ mod tests {
             assert!(e > 0.0, "bf16 path must differ from f32 at all");
         }
         Ok(())
+    }
+
+    /// The threaded vector packing equals the scalar definitions, for odd key counts and
+    /// widths and more keys than one packing task.
+    #[test]
+    fn vector_packing_equals_scalar() {
+        if !supported() {
+            return;
+        }
+        for (lk, d, dv) in [
+            (1usize, 4usize, 16usize),
+            (37, 65, 64),
+            (600, 256, 256),
+            (513, 9, 32),
+        ] {
+            let k: Vec<f32> = (0..lk * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let v: Vec<f32> = (0..lk * dv).map(|i| (i as f32 * 0.11).cos()).collect();
+            let p = PackedKeys::new(&k, &v, lk, d, dv);
+            assert_eq!(p.keys, pack_keys(&k, lk, d), "keys {lk}x{d}");
+            assert_eq!(p.values, pack_values(&v, lk, dv), "values {lk}x{dv}");
+        }
     }
 
     #[test]

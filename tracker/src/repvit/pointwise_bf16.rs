@@ -79,37 +79,19 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::PackedWeight;
+    use crate::attention_bf16::interleave_bf16;
 
     /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs (`ic/2`
     /// rows of `n64` lanes, `n64 = n` rounded up to 16, padded with zeros).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     unsafe fn pack(x: &[f32], ld: usize, ic: usize, n: usize, out: &mut [u32]) {
         let stride = n.div_ceil(16) * 16;
-        // Interleave two 16-lane bf16 halves: lanes (a0, b0, a1, b1, ...).
-        let idx = _mm512_set_epi16(
-            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
-            4, 19, 3, 18, 2, 17, 1, 16, 0,
-        );
-        for cp in 0..ic / 2 {
-            let a = x.as_ptr().add(2 * cp * ld);
-            let b = x.as_ptr().add((2 * cp + 1) * ld);
-            let dst = out.as_mut_ptr().add(cp * stride);
-            let mut p = 0;
-            while p < n {
-                let valid = (n - p).min(16);
-                let mask: __mmask16 = if valid == 16 {
-                    0xffff
-                } else {
-                    (1u16 << valid) - 1
-                };
-                let va = _mm512_maskz_loadu_ps(mask, a.add(p));
-                let vb = _mm512_maskz_loadu_ps(mask, b.add(p));
-                let halves: __m512i =
-                    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
-                let inter = _mm512_permutexvar_epi16(idx, halves);
-                _mm512_storeu_si512(dst.add(p).cast(), inter);
-                p += 16;
-            }
+        for (cp, row) in out.chunks_mut(stride).enumerate().take(ic / 2) {
+            let (body, tail) = row.split_at_mut(n);
+            let a = &x[2 * cp * ld..][..n];
+            let b = &x[(2 * cp + 1) * ld..][..n];
+            interleave_bf16(a, Some(b), body);
+            tail.fill(0);
         }
     }
 
