@@ -80,6 +80,41 @@ impl Depthwise {
         &self,
         c: usize,
         plane: &[f32],
+        hw: (usize, usize),
+        at: (usize, usize),
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                unsafe { self.row_segment_avx512(c, plane, hw, at, out) };
+                return;
+            }
+        }
+        self.row_segment_body(c, plane, hw, at, out);
+    }
+
+    /// [`Self::row_segment`] in AVX-512 vectors: the callers (the channel mixer's tasks) are
+    /// not compiled for it. Same operations (no FMA contraction), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_segment_avx512(
+        &self,
+        c: usize,
+        plane: &[f32],
+        hw: (usize, usize),
+        at: (usize, usize),
+        out: &mut [f32],
+    ) {
+        self.row_segment_body(c, plane, hw, at, out);
+    }
+
+    #[inline(always)]
+    fn row_segment_body(
+        &self,
+        c: usize,
+        plane: &[f32],
         (h, w): (usize, usize),
         (oy, ox0): (usize, usize),
         out: &mut [f32],
