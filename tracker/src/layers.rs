@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
-use crate::folded_attention::FoldedHeads;
+use crate::folded_attention::{FoldedHeads, FoldedQueries};
 use crate::kernels::{f32_slice, threads};
 use crate::linear_bf16::SwitchLinear;
 
@@ -624,6 +624,11 @@ impl HeadProjections {
     }
 
     /// The softmax scale `head_dim^-0.5`.
+    /// The query projection's exact layer (for folds composed at load).
+    pub(crate) fn q(&self) -> &candle_nn::Linear {
+        self.q_proj.exact()
+    }
+
     pub(crate) fn scaling(&self) -> f64 {
         self.scaling
     }
@@ -685,6 +690,8 @@ pub struct Attention {
     /// The key and value projections per head, for the few-queries-to-an-image shape
     /// ([`crate::folded_attention`]).
     folded: FoldedHeads,
+    /// The query and output projections per head, for the image-to-few-keys shape.
+    folded_queries: FoldedQueries,
 }
 
 impl Attention {
@@ -707,7 +714,12 @@ impl Attention {
             vb,
         )?;
         let folded = FoldedHeads::new(&proj)?;
-        Ok(Self { proj, folded })
+        let folded_queries = FoldedQueries::new(&proj)?;
+        Ok(Self {
+            proj,
+            folded,
+            folded_queries,
+        })
     }
 
     /// `query`: `[N, Lq, C]`, `key`/`value`: `[N, Lk, C]` -> `[N, Lq, C]`.
@@ -716,8 +728,12 @@ impl Attention {
         let cpu_f32 = [query, key, value]
             .iter()
             .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
-        if cpu_f32 && !p.bf16_products && FoldedHeads::applies(query.dim(1)?, key.dim(1)?) {
+        let (lq, lk) = (query.dim(1)?, key.dim(1)?);
+        if cpu_f32 && !p.bf16_products && FoldedHeads::applies(lq, lk) {
             return self.folded.forward(p, query, key, value);
+        }
+        if cpu_f32 && !p.bf16_products && FoldedQueries::applies(lq, lk) {
+            return self.folded_queries.forward(p, query, key, value);
         }
         self.forward_unfolded(query, key, value)
     }

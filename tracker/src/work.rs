@@ -26,7 +26,8 @@
 //! * The memory cross-attention folds its key, value and output projections into the attention
 //!   ([`crate::split_key_attention`]): 9.1 of the reference's 44.5 GMAC per object at 1024.
 //! * The decoder's token-to-image attentions fold their key and value projections into the
-//!   attention ([`crate::folded_attention`]): 0.4 of the reference's 1.8 GMAC per object.
+//!   attention, its image-to-token attentions their query and output projections
+//!   ([`crate::folded_attention`]): 0.7 of the reference's 1.8 GMAC per object.
 //! * The object-pointer projection (3 x `hidden^2`) is counted in the decoder stage, where
 //!   [`crate::model::EdgeTam::decode_rows`] runs it (the reference runs it outside its decoder).
 //! * With several objects, memory attention's first self-attention depends only on the frame and
@@ -280,8 +281,8 @@ fn decoder(cfg: &EdgeTamConfig, sparse: u64) -> u64 {
     decoder_with(cfg, sparse, true)
 }
 
-/// [`decoder`], with the token-to-image attentions folded ([`crate::folded_attention`]) or as
-/// the reference computes them.
+/// [`decoder`], with the cross-attentions folded ([`crate::folded_attention`]) or as the
+/// reference computes them.
 fn decoder_with(cfg: &EdgeTamConfig, sparse: u64, folded: bool) -> u64 {
     let d = &cfg.mask_decoder_config;
     let c = d.hidden_size as u64;
@@ -300,10 +301,18 @@ fn decoder_with(cfg: &EdgeTamConfig, sparse: u64, folded: bool) -> u64 {
         } else {
             attention(t, n, c, c, cross)
         };
+    let image_to_token =
+        if folded && crate::folded_attention::FoldedQueries::applies(n as usize, t as usize) {
+            // k and v projections, `Wq_h^T k_hj` and `Wo_h v_hj`, and the two products with
+            // the unprojected image (`heads * t` columns each).
+            4 * t * c * cross + 2 * heads * t * n * c
+        } else {
+            attention(n, t, c, c, cross)
+        };
     let layer = attention(t, t, c, c, c)
         + token_to_image
         + feed_forward(t, c, d.mlp_dim as u64, c, d.num_hidden_layers as u64)
-        + attention(n, t, c, c, cross);
+        + image_to_token;
     let transformer = d.num_hidden_layers as u64 * layer + token_to_image;
     // Transposed 2x2 convs c -> c/4 on e x e, c/4 -> c/8 on 2e x 2e.
     let upscale = n * c * (c / 4) * 4 + 4 * n * (c / 4) * (c / 8) * 4;
@@ -548,8 +557,8 @@ mod tests {
         // 35.4 ours: folded cross-attention projections; 44.5 in the reference.
         assert_eq!(g(w.memory_attention), 35.4);
         assert_eq!(g(memory_attention_reference(&cfg, 7, 16)), 44.5);
-        // 1.4 ours: folded token-to-image attentions; 1.8 in the reference.
-        assert_eq!(g(w.mask_decoder), 1.4);
+        // 1.1 ours: folded cross-attentions; 1.8 in the reference.
+        assert_eq!(g(w.mask_decoder), 1.1);
         assert_eq!(g(decoder_with(&cfg, 2, false)), 1.8);
         // 5.4 ours: folded projection, shared perceiver projections; 6.3 in the reference.
         assert_eq!(g(w.memory_encoder), 5.4);
