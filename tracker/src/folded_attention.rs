@@ -319,6 +319,7 @@ mod tests {
     #[test]
     #[ignore]
     fn speed() -> Result<()> {
+        crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
         let attn = Attention::new(256, 8, 2, random_var_builder(9, &dev))?;
         let tokens = Tensor::randn(0f32, 1.0, (1, 7, 256), &dev)?;
