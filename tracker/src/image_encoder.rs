@@ -200,8 +200,13 @@ mod profile {
     #[test]
     #[ignore]
     fn parts() -> crate::error::Result<()> {
+        crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        let model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let mut model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode.
+        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
+            model.set_precision(crate::Precision::Bf16);
+        }
         let enc = &model.image_encoder;
         let s = model.config().image_size;
         let x = Tensor::randn(0f32, 1.0, (1, 3, s, s), &dev)?;
