@@ -151,7 +151,15 @@ impl CustomOp2 for ChannelMixer<'_> {
             return Ok((CpuStorage::F32(out), shape));
         }
         let chunks = hw.div_ceil(COLS);
-        let tasks: Vec<usize> = (0..n * chunks).collect();
+        // Consecutive pixel blocks per task (about 4 tasks per worker): a worker then walks
+        // down rows, and the token mixer's input rows it read for one block are still in its
+        // L2 for the next.
+        let total = n * chunks;
+        let group = (total / (4 * threads()).max(1)).max(1);
+        let tasks: Vec<std::ops::Range<usize>> = (0..total)
+            .step_by(group)
+            .map(|t| t..(t + group).min(total))
+            .collect();
         // Tasks write disjoint pixel columns of `out`; its address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
         run_tasks_with(
@@ -176,96 +184,98 @@ impl CustomOp2 for ChannelMixer<'_> {
                     Vec::new()
                 },
             },
-            |s, task| {
-                let (b, j0) = (task / chunks, (task % chunks) * COLS);
-                let w = COLS.min(hw - j0);
-                let img = &x[b * c * hw..(b + 1) * c * hw];
-                // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
-                let (res, ld, r0) = match self.token_mixer {
-                    Some(dw) => {
-                        let t = &mut s.t[..c * w];
-                        // Row segments of the flattened pixel range `j0 .. j0 + w`.
-                        let mut j = j0;
-                        while j < j0 + w {
-                            let (oy, ox0) = (j / width, j % width);
-                            let n = (width - ox0).min(j0 + w - j);
-                            for (ch, row) in t.chunks_exact_mut(w).enumerate() {
-                                dw.row_segment(
-                                    ch,
-                                    &img[ch * hw..(ch + 1) * hw],
-                                    (height, width),
-                                    (oy, ox0),
-                                    &mut row[j - j0..j - j0 + n],
+            |s, group: std::ops::Range<usize>| {
+                for task in group {
+                    let (b, j0) = (task / chunks, (task % chunks) * COLS);
+                    let w = COLS.min(hw - j0);
+                    let img = &x[b * c * hw..(b + 1) * c * hw];
+                    // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
+                    let (res, ld, r0) = match self.token_mixer {
+                        Some(dw) => {
+                            let t = &mut s.t[..c * w];
+                            // Row segments of the flattened pixel range `j0 .. j0 + w`.
+                            let mut j = j0;
+                            while j < j0 + w {
+                                let (oy, ox0) = (j / width, j % width);
+                                let n = (width - ox0).min(j0 + w - j);
+                                for (ch, row) in t.chunks_exact_mut(w).enumerate() {
+                                    dw.row_segment(
+                                        ch,
+                                        &img[ch * hw..(ch + 1) * hw],
+                                        (height, width),
+                                        (oy, ox0),
+                                        &mut row[j - j0..j - j0 + n],
+                                    );
+                                }
+                                j += n;
+                            }
+                            (&s.t[..c * w], w, 0)
+                        }
+                        None => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
+                    };
+                    let src = if self.token_mixer.is_some() {
+                        res
+                    } else {
+                        &img[j0..]
+                    };
+                    let hidden = &mut s.hidden[..hid * w];
+                    for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
+                        row.fill(bias);
+                    }
+                    // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`); `src`
+                    // holds the `c` input planes `ld` apart from the block's first pixel.
+                    unsafe {
+                        let out = hidden.as_mut_ptr();
+                        self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
+                    }
+                    gelu_slice(hidden);
+                    let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
+                    let r = res;
+                    // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
+                    // block (row stride `hw`), which no other task touches; `w2` is `co x hid` and
+                    // the packed hidden block `hid x w`; `y` is `co x w`.
+                    unsafe {
+                        match self.scale {
+                            None => {
+                                for (o, &bias) in self.b2.iter().enumerate() {
+                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                    for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
+                                        v.write(r + bias);
+                                    }
+                                }
+                                self.product(
+                                    false,
+                                    hid,
+                                    (&mut s.h, &mut s.pairs),
+                                    hidden,
+                                    w,
+                                    w,
+                                    dst,
+                                    hw,
                                 );
                             }
-                            j += n;
-                        }
-                        (&s.t[..c * w], w, 0)
-                    }
-                    None => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
-                };
-                let src = if self.token_mixer.is_some() {
-                    res
-                } else {
-                    &img[j0..]
-                };
-                let hidden = &mut s.hidden[..hid * w];
-                for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
-                    row.fill(bias);
-                }
-                // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`); `src`
-                // holds the `c` input planes `ld` apart from the block's first pixel.
-                unsafe {
-                    let out = hidden.as_mut_ptr();
-                    self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
-                }
-                gelu_slice(hidden);
-                let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
-                let r = res;
-                // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
-                // block (row stride `hw`), which no other task touches; `w2` is `co x hid` and
-                // the packed hidden block `hid x w`; `y` is `co x w`.
-                unsafe {
-                    match self.scale {
-                        None => {
-                            for (o, &bias) in self.b2.iter().enumerate() {
-                                let row = crate::kernels::uninit_row(dst.add(o * hw), w);
-                                for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
-                                    v.write(r + bias);
+                            Some(scale) => {
+                                let y = &mut s.y[..co * w];
+                                for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
+                                    row.fill(bias);
                                 }
-                            }
-                            self.product(
-                                false,
-                                hid,
-                                (&mut s.h, &mut s.pairs),
-                                hidden,
-                                w,
-                                w,
-                                dst,
-                                hw,
-                            );
-                        }
-                        Some(scale) => {
-                            let y = &mut s.y[..co * w];
-                            for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
-                                row.fill(bias);
-                            }
-                            let out = y.as_mut_ptr();
-                            self.product(
-                                false,
-                                hid,
-                                (&mut s.h, &mut s.pairs),
-                                hidden,
-                                w,
-                                w,
-                                out,
-                                w,
-                            );
-                            for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
-                                let row = crate::kernels::uninit_row(dst.add(o * hw), w);
-                                let rr = &r[o * ld + r0..][..w];
-                                for ((v, &yv), &rv) in row.iter_mut().zip(yr).zip(rr) {
-                                    v.write(rv + yv * g);
+                                let out = y.as_mut_ptr();
+                                self.product(
+                                    false,
+                                    hid,
+                                    (&mut s.h, &mut s.pairs),
+                                    hidden,
+                                    w,
+                                    w,
+                                    out,
+                                    w,
+                                );
+                                for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
+                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                    let rr = &r[o * ld + r0..][..w];
+                                    for ((v, &yv), &rv) in row.iter_mut().zip(yr).zip(rr) {
+                                        v.write(rv + yv * g);
+                                    }
                                 }
                             }
                         }
