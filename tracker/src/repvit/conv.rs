@@ -344,15 +344,7 @@ impl FusedPointwise<'_> {
         let shape = Shape::from((n, out_ch, h, w));
         if let Some(packed) = self.bf16.filter(|_| hw >= BF16_MIN_PIXELS) {
             // Start from the bias (plus the residual); the product accumulates on top.
-            let mut out: Vec<f32> = Vec::with_capacity(total);
-            for i in 0..n * out_ch {
-                let b = self.bias[i % out_ch];
-                match residual {
-                    Some(r) => out.extend(r[i * hw..(i + 1) * hw].iter().map(|v| v + b)),
-                    None => out.extend(std::iter::repeat_n(b, hw)),
-                }
-            }
-            super::pointwise_bf16::accumulate(packed, x, hw, &mut out);
+            let mut out = super::pointwise_bf16::conv(packed, x, hw, n, self.bias, residual);
             if self.epilogue == Epilogue::Gelu {
                 super::gelu::gelu_in_place(&mut out);
             }

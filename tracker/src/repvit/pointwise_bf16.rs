@@ -46,13 +46,29 @@ impl PackedWeight {
     }
 }
 
-/// Accumulates `w x` into `out` (`n x out_ch x hw`, pre-filled) for `x` `n x in_ch x hw`.
-pub(crate) fn accumulate(w: &PackedWeight, x: &[f32], hw: usize, out: &mut [f32]) {
+/// `start + w x` for `x` `images x in_ch x hw`, where `start` is the bias per output channel
+/// plus `residual` (`images x out_ch x hw`) when given: each task fills its own pixel range of
+/// the output rows with the start values, then accumulates the product into them (no serial
+/// pass over the output first).
+pub(crate) fn conv(
+    w: &PackedWeight,
+    x: &[f32],
+    hw: usize,
+    images: usize,
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) -> Vec<f32> {
     let (oc, ic) = (w.out_ch, w.in_ch);
-    if hw == 0 || oc == 0 || out.len() < oc * hw || x.len() < ic * hw {
-        return;
+    let len = images * oc * hw;
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    if len == 0
+        || x.len() < images * ic * hw
+        || bias.len() != oc
+        || residual.is_some_and(|r| r.len() != len)
+    {
+        out.resize(len, 0.0);
+        return out;
     }
-    let images = (out.len() / (oc * hw)).min(x.len() / (ic * hw));
     let chunks = hw.div_ceil(PIXELS_PER_TASK);
     // Tasks write disjoint pixel ranges of the output rows; its address travels as an integer.
     let out_addr = out.as_mut_ptr() as usize;
@@ -64,14 +80,33 @@ pub(crate) fn accumulate(w: &PackedWeight, x: &[f32], hw: usize, out: &mut [f32]
             let (b, p0) = (task / chunks, (task % chunks) * PIXELS_PER_TASK);
             let n = PIXELS_PER_TASK.min(hw - p0);
             let dst = (out_addr as *mut f32).wrapping_add(b * oc * hw + p0);
-            // SAFETY: image `b`'s input holds `ic x hw` values from `b * ic * hw`; the task
-            // writes only pixels `p0..p0 + n` of image `b`'s output rows, disjoint from every
-            // other task's, and `out` outlives the call.
+            for (o, &bo) in bias.iter().enumerate() {
+                // SAFETY: pixels `p0..p0 + n` of output row `o` of image `b`: inside the
+                // allocation, written by this task only.
+                let row = unsafe { crate::kernels::uninit_row(dst.add(o * hw), n) };
+                match residual {
+                    Some(r) => {
+                        let r = &r[(b * oc + o) * hw + p0..][..n];
+                        for (v, &rv) in row.iter_mut().zip(r) {
+                            v.write(rv + bo);
+                        }
+                    }
+                    None => row.iter_mut().for_each(|v| {
+                        v.write(bo);
+                    }),
+                }
+            }
+            // SAFETY: image `b`'s input holds `ic x hw` values from `b * ic * hw`; the rows
+            // written just above are this task's alone, and `out` outlives the call.
             unsafe {
                 accumulate_block(w, &x[b * ic * hw + p0..], hw, n, packed, dst, hw);
             }
         },
     );
+    // SAFETY: the tasks cover every (image, pixel range) and each wrote all `oc` rows of its
+    // range; `run_tasks_with` returns only after every task ran (a panic propagates first).
+    unsafe { out.set_len(len) };
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
