@@ -55,8 +55,8 @@ pub struct BenchArgs {
     /// Compute threads (sets RAYON_NUM_THREADS; default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
-    /// Precision: `f32` (exact, default), `bf16` (the fast mode: memory attention's products
-    /// in bf16 with f32 accumulation, on CPUs with AVX512-BF16), or `f32,bf16` for both.
+    /// Precision: `f32` (exact, default), `bf16` (the fast mode: the heaviest products in bf16
+    /// with f32 accumulation, on CPUs with AVX512-BF16), or `f32,bf16` for both.
     #[arg(long, value_name = "f32|bf16|f32,bf16", default_value = "f32")]
     dtype: String,
     /// Write every frame's stage times and the summaries as JSON.

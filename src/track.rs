@@ -73,8 +73,8 @@ pub struct TrackArgs {
     #[arg(long = "queue", value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
-    /// `f32` (exact, default) or `bf16`: the fast mode (memory attention and memory encoder
-    /// products in bf16, masks within IoU 0.99 of f32; CPUs with AVX512-BF16).
+    /// `f32` (exact, default) or `bf16`: the fast mode (the heaviest products in bf16 with f32
+    /// accumulation, masks within IoU 0.99 of f32; CPUs with AVX512-BF16).
     #[arg(long, value_name = "f32|bf16", default_value = "f32")]
     dtype: edgetam::tracker::Precision,
 }

@@ -61,13 +61,13 @@ impl Bf16Linear {
             outputs,
         }))
     }
-}
 
-impl Bf16Linear {
+    /// Input width.
     pub fn inputs(&self) -> usize {
         self.inputs
     }
 
+    /// Output width.
     pub fn outputs(&self) -> usize {
         self.outputs
     }

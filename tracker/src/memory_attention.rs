@@ -89,8 +89,7 @@ impl RopeAttention {
             let cpu_f32 = [query, key, value]
                 .iter()
                 .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
-            // Also in the bf16 mode: the folded f32 pass does less than half the work of the
-            // bf16 products, exactly.
+            // Also in the bf16 mode (then with bf16 products in the attention).
             if cpu_f32 && key.dim(1)? > 0 {
                 return self.forward_folded(folded, query, key, value, q_rope, k_rope, layout);
             }

@@ -628,7 +628,7 @@ impl ObjectImpl for EdgeTamTrack {
                     .build(),
                 glib::ParamSpecString::builder("precision")
                     .nick("Precision")
-                    .blurb("f32 (exact) or bf16 (fast mode: memory attention and memory encoder products in bf16, masks within IoU 0.99 of f32; CPUs with AVX512-BF16)")
+                    .blurb("f32 (exact) or bf16 (fast mode: the heaviest products in bf16 with f32 accumulation, masks within IoU 0.99 of f32; CPUs with AVX512-BF16)")
                     .default_value(Some(DEFAULT_PRECISION))
                     .mutable_ready()
                     .build(),
