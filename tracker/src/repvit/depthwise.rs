@@ -439,7 +439,8 @@ mod speed {
     use super::*;
     use candle_core::Device;
 
-    /// Time per call of the memory fuser's 7x7 (256 channels, 64x64 at 1024):
+    /// Time per call of the memory fuser's 7x7 (256 channels, 64x64 at 1024) and of RepViT's 3x3
+    /// token mixers (the register form of the 7x7 ran 2x slower there: they are memory-bound):
     /// `cargo test --release -p edgetam-tracker --lib depthwise::speed -- --ignored --nocapture`
     #[test]
     #[ignore]
@@ -463,6 +464,25 @@ mod speed {
             "7x7 depthwise, 256 x 64x64: {:.2} ms",
             t.elapsed().as_secs_f64() * 1e3 / reps as f64
         );
+        // RepViT's stride-1 3x3 token mixers at 1024.
+        for (c, side) in [(48usize, 256usize), (96, 128), (192, 64), (384, 32)] {
+            let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 1.0, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 1.0, c, &dev)?,
+                1,
+                1,
+            )?;
+            let _ = dw.forward(&x)?;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                let _ = dw.forward(&x)?;
+            }
+            println!(
+                "3x3 depthwise, {c} x {side}x{side}: {:.2} ms",
+                t.elapsed().as_secs_f64() * 1e3 / reps as f64
+            );
+        }
         Ok(())
     }
 }
