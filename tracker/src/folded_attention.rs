@@ -158,8 +158,9 @@ impl FoldedQueries {
         let h = self.wq_t.dim(0)?;
         let c = self.wq_t.dim(1)?;
         let scale = proj.scaling();
-        let k_t = proj.keys(key)?.transpose(2, 3)?; // [N, h, hd, T]
-                                                    // Scores `x . m + m0`: `m` [N, C, h * T] with the bias row `m0` appended.
+        // Keys `[N, h, hd, T]`; scores `x . m + m0`: `m` [N, C, h * T] with the bias row `m0`
+        // appended.
+        let k_t = proj.keys(key)?.transpose(2, 3)?;
         let m = (self.wq_t.broadcast_matmul(&k_t)? * scale)? // [N, h, C, T]
             .permute((0, 2, 1, 3))?
             .reshape((n, c, h * lk))?;

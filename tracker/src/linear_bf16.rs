@@ -13,7 +13,7 @@ use candle_nn::Linear;
 
 use crate::attention_bf16::supported;
 use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with};
-use crate::linear_f32::PackedLinear;
+use crate::linear_f32::{mlp_op, MlpWidths, PackedLinear, MLP_ROWS_PER_TASK};
 
 /// Rows per task.
 const ROWS_PER_TASK: usize = 64;
@@ -95,10 +95,6 @@ pub struct FusedReluMlpBf16<'a> {
     pub down: &'a Bf16Linear,
 }
 
-/// Rows per task of the fused MLP: `64 x 2048` hidden floats (512 KiB) and their bf16 pairs
-/// fit L2.
-const MLP_ROWS_PER_TASK: usize = 64;
-
 impl FusedReluMlpBf16<'_> {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(self)
@@ -115,38 +111,32 @@ impl CustomOp1 for FusedReluMlpBf16<'_> {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = f32_slice(storage, layout, "MLP input")?;
         let (inputs, hidden, outputs) = (self.up.inputs, self.up.outputs, self.down.outputs);
-        if self.down.inputs != hidden {
-            candle_core::bail!(
-                "MLP: layers {inputs}->{hidden} and {}->{outputs}",
-                self.down.inputs
-            );
-        }
-        let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "MLP")?;
-        let mut out = Vec::new();
-        if rows > 0 && outputs > 0 {
-            out = output_in_chunks_with(
-                rows * outputs,
-                MLP_ROWS_PER_TASK * outputs,
-                || {
-                    let width = inputs.max(hidden) / 2;
-                    (
-                        vec![0f32; MLP_ROWS_PER_TASK * hidden],
-                        vec![0u32; MLP_ROWS_PER_TASK * width],
-                    )
-                },
-                |(h, pairs), t, o| {
-                    let r0 = t * MLP_ROWS_PER_TASK;
-                    let n = o.len() / outputs;
-                    let h = &mut h[..n * hidden];
-                    self.up.rows(&x[r0 * inputs..(r0 + n) * inputs], pairs, h);
-                    h.iter_mut().for_each(|v| *v = v.max(0.0));
-                    self.down.rows(h, pairs, o);
-                },
-            );
-        }
-        Ok((CpuStorage::F32(out), out_shape))
+        let widths = MlpWidths {
+            inputs,
+            hidden,
+            down_inputs: self.down.inputs,
+            outputs,
+        };
+        mlp_op(
+            storage,
+            layout,
+            widths,
+            || {
+                let width = inputs.max(hidden) / 2;
+                (
+                    vec![0f32; MLP_ROWS_PER_TASK * hidden],
+                    vec![0u32; MLP_ROWS_PER_TASK * width],
+                )
+            },
+            |(h, pairs), xs, o| {
+                let n = o.len() / outputs;
+                let h = &mut h[..n * hidden];
+                self.up.rows(xs, pairs, h);
+                h.iter_mut().for_each(|v| *v = v.max(0.0));
+                self.down.rows(h, pairs, o);
+            },
+        )
     }
 }
 

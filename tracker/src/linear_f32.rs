@@ -96,8 +96,54 @@ pub struct FusedReluMlp<'a> {
     pub down: &'a PackedLinear,
 }
 
-/// Rows per task of the fused MLP: `64 x 2048` hidden floats (512 KiB) fit L2.
-const MLP_ROWS_PER_TASK: usize = 64;
+/// Rows per task of the fused MLPs: `64 x 2048` hidden floats (512 KiB) fit L2.
+pub(crate) const MLP_ROWS_PER_TASK: usize = 64;
+
+/// The layer widths of a fused two-layer MLP.
+pub(crate) struct MlpWidths {
+    pub inputs: usize,
+    pub hidden: usize,
+    /// The second layer's input width (must equal `hidden`).
+    pub down_inputs: usize,
+    pub outputs: usize,
+}
+
+/// The frame of a fused MLP op (f32 here, bf16 in [`crate::linear_bf16`]): checks the widths,
+/// maps the rows, and runs `block(scratch, input_rows, output_rows)` per block of
+/// [`MLP_ROWS_PER_TASK`] rows on the compute threads.
+pub(crate) fn mlp_op<S>(
+    storage: &CpuStorage,
+    layout: &Layout,
+    w: MlpWidths,
+    scratch: impl Fn() -> S + Sync,
+    block: impl Fn(&mut S, &[f32], &mut [f32]) + Sync,
+) -> candle_core::Result<(CpuStorage, Shape)> {
+    let x = f32_slice(storage, layout, "MLP input")?;
+    if w.down_inputs != w.hidden {
+        candle_core::bail!(
+            "MLP: layers {}->{} and {}->{}",
+            w.inputs,
+            w.hidden,
+            w.down_inputs,
+            w.outputs
+        );
+    }
+    let (rows, out_shape) = last_axis_map(layout, w.inputs, w.outputs, "MLP")?;
+    let mut out = Vec::new();
+    if rows > 0 && w.outputs > 0 {
+        out = output_in_chunks_with(
+            rows * w.outputs,
+            MLP_ROWS_PER_TASK * w.outputs,
+            scratch,
+            |s, t, o| {
+                let r0 = t * MLP_ROWS_PER_TASK;
+                let n = o.len() / w.outputs;
+                block(s, &x[r0 * w.inputs..(r0 + n) * w.inputs], o);
+            },
+        );
+    }
+    Ok((CpuStorage::F32(out), out_shape))
+}
 
 impl FusedReluMlp<'_> {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -115,60 +161,53 @@ impl CustomOp1 for FusedReluMlp<'_> {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let x = f32_slice(storage, layout, "MLP input")?;
         let (inputs, hidden) = (self.up.weight.k(), self.up.weight.n());
-        let outputs = self.down.weight.n();
-        if self.down.weight.k() != hidden {
-            candle_core::bail!(
-                "MLP: layers {inputs}->{hidden} and {}->{outputs}",
-                self.down.weight.k()
-            );
-        }
-        let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "MLP")?;
-        let mut out = Vec::new();
-        if rows > 0 && outputs > 0 {
-            out = output_in_chunks_with(
-                rows * outputs,
-                MLP_ROWS_PER_TASK * outputs,
-                || vec![0f32; MLP_ROWS_PER_TASK * hidden],
-                |h, t, o| {
-                    let r0 = t * MLP_ROWS_PER_TASK;
-                    let n = o.len() / outputs;
-                    let h = &mut h[..n * hidden];
-                    for row in h.chunks_mut(hidden) {
-                        row.copy_from_slice(&self.up.bias);
-                    }
-                    let xs = &x[r0 * inputs..(r0 + n) * inputs];
-                    gemm_packed(
-                        n,
-                        xs,
-                        inputs,
-                        &self.up.weight,
-                        0..inputs,
-                        0..hidden,
-                        h,
-                        hidden,
-                        true,
-                    );
-                    h.iter_mut().for_each(|v| *v = v.max(0.0));
-                    for row in o.chunks_mut(outputs) {
-                        row.copy_from_slice(&self.down.bias);
-                    }
-                    gemm_packed(
-                        n,
-                        h,
-                        hidden,
-                        &self.down.weight,
-                        0..hidden,
-                        0..outputs,
-                        o,
-                        outputs,
-                        true,
-                    );
-                },
-            );
-        }
-        Ok((CpuStorage::F32(out), out_shape))
+        let widths = MlpWidths {
+            inputs,
+            hidden,
+            down_inputs: self.down.weight.k(),
+            outputs: self.down.weight.n(),
+        };
+        let outputs = widths.outputs;
+        mlp_op(
+            storage,
+            layout,
+            widths,
+            || vec![0f32; MLP_ROWS_PER_TASK * hidden],
+            |h, xs, o| {
+                let n = o.len() / outputs;
+                let h = &mut h[..n * hidden];
+                for row in h.chunks_mut(hidden) {
+                    row.copy_from_slice(&self.up.bias);
+                }
+                gemm_packed(
+                    n,
+                    xs,
+                    inputs,
+                    &self.up.weight,
+                    0..inputs,
+                    0..hidden,
+                    h,
+                    hidden,
+                    true,
+                );
+                h.iter_mut().for_each(|v| *v = v.max(0.0));
+                for row in o.chunks_mut(outputs) {
+                    row.copy_from_slice(&self.down.bias);
+                }
+                gemm_packed(
+                    n,
+                    h,
+                    hidden,
+                    &self.down.weight,
+                    0..hidden,
+                    0..outputs,
+                    o,
+                    outputs,
+                    true,
+                );
+            },
+        )
     }
 }
 

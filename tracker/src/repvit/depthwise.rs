@@ -447,39 +447,29 @@ mod speed {
     fn fuser_shape() -> candle_core::Result<()> {
         crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        let x = Tensor::randn(0f32, 1.0, (1, 256, 64, 64), &dev)?;
-        let dw = Depthwise::new(
-            Tensor::randn(0f32, 1.0, (256, 1, 7, 7), &dev)?,
-            Tensor::randn(0f32, 1.0, 256, &dev)?,
-            1,
-            3,
-        )?;
-        let _ = dw.forward(&x)?;
-        let reps = 20;
-        let t = std::time::Instant::now();
-        for _ in 0..reps {
-            let _ = dw.forward(&x)?;
-        }
-        println!(
-            "7x7 depthwise, 256 x 64x64: {:.2} ms",
-            t.elapsed().as_secs_f64() * 1e3 / reps as f64
-        );
-        // RepViT's stride-1 3x3 token mixers at 1024.
-        for (c, side) in [(48usize, 256usize), (96, 128), (192, 64), (384, 32)] {
+        // (channels, side, kernel): the fuser's 7x7, then RepViT's stride-1 3x3 token mixers.
+        for (c, side, k) in [
+            (256usize, 64usize, 7usize),
+            (48, 256, 3),
+            (96, 128, 3),
+            (192, 64, 3),
+            (384, 32, 3),
+        ] {
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let dw = Depthwise::new(
-                Tensor::randn(0f32, 1.0, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 1.0, (c, 1, k, k), &dev)?,
                 Tensor::randn(0f32, 1.0, c, &dev)?,
                 1,
-                1,
+                k / 2,
             )?;
             let _ = dw.forward(&x)?;
+            let reps = 20;
             let t = std::time::Instant::now();
             for _ in 0..reps {
                 let _ = dw.forward(&x)?;
             }
             println!(
-                "3x3 depthwise, {c} x {side}x{side}: {:.2} ms",
+                "{k}x{k} depthwise, {c} x {side}x{side}: {:.2} ms",
                 t.elapsed().as_secs_f64() * 1e3 / reps as f64
             );
         }
