@@ -344,7 +344,7 @@ impl FusedPointwise<'_> {
         let shape = Shape::from((n, out_ch, h, w));
         if let Some(packed) = self.bf16.filter(|_| hw >= BF16_MIN_PIXELS) {
             // Start from the bias (plus the residual); the product accumulates on top.
-            let mut out = super::pointwise_bf16::conv(packed, x, hw, n, self.bias, residual);
+            let mut out = super::pointwise_bf16::conv(packed, x, hw, n, self.bias, residual)?;
             if self.epilogue == Epilogue::Gelu {
                 super::gelu::gelu_in_place(&mut out);
             }

@@ -57,17 +57,21 @@ pub(crate) fn conv(
     images: usize,
     bias: &[f32],
     residual: Option<&[f32]>,
-) -> Vec<f32> {
+) -> candle_core::Result<Vec<f32>> {
     let (oc, ic) = (w.out_ch, w.in_ch);
     let len = images * oc * hw;
+    if x.len() != images * ic * hw || bias.len() != oc || residual.is_some_and(|r| r.len() != len) {
+        candle_core::bail!(
+            "bf16 1x1 conv {ic}->{oc}: {} input values, {} biases and {:?} residual values for \
+             {images} images of {hw} pixels",
+            x.len(),
+            bias.len(),
+            residual.map(<[f32]>::len)
+        );
+    }
     let mut out: Vec<f32> = Vec::with_capacity(len);
-    if len == 0
-        || x.len() < images * ic * hw
-        || bias.len() != oc
-        || residual.is_some_and(|r| r.len() != len)
-    {
-        out.resize(len, 0.0);
-        return out;
+    if len == 0 {
+        return Ok(out);
     }
     let chunks = hw.div_ceil(PIXELS_PER_TASK);
     // Tasks write disjoint pixel ranges of the output rows; its address travels as an integer.
@@ -106,7 +110,7 @@ pub(crate) fn conv(
     // SAFETY: the tasks cover every (image, pixel range) and each wrote all `oc` rows of its
     // range; `run_tasks_with` returns only after every task ran (a panic propagates first).
     unsafe { out.set_len(len) };
-    out
+    Ok(out)
 }
 
 #[cfg(target_arch = "x86_64")]
