@@ -139,12 +139,7 @@ impl CustomOp3 for FusedAttention {
             return Ok((CpuStorage::F32(out), shape));
         }
         let mut out = crate::kernels::zeroed(len);
-        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
-        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
-            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
-                tasks.push((bh, t * TILE_Q, tile));
-            }
-        }
+        let tasks = crate::kernels::row_tiles(&mut out, lq, d, TILE_Q);
         run_tasks_with(
             tasks,
             threads(),

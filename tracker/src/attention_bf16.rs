@@ -136,17 +136,12 @@ impl PackedKeys {
     }
 }
 
-/// Per-worker buffers of [`attend_groups`] for key widths up to `d`.
-pub(crate) fn scratch(d: usize) -> Scratch {
-    Scratch::new(d)
-}
-
 /// `softmax([q_g k_g^T for each group g] * scale) [v_g]` for one tile of query rows: one online
 /// softmax over all groups' keys. Each group brings its queries (`rows x` its key width) and
 /// keys; `out` is `rows x dv`, the groups' common value width.
 ///
 /// # Safety
-/// The CPU must have AVX512-BF16 ([`supported`]); `scratch` must come from [`scratch`] for at
+/// The CPU must have AVX512-BF16 ([`supported`]); `scratch` must come from [`Scratch::new`] for at
 /// least the widest group's key width, `rows <= TILE_Q`, and every group's `dv` equal
 /// `out.len() / rows`.
 pub(crate) unsafe fn attend_groups(
@@ -226,12 +221,7 @@ impl CustomOp3 for FusedAttentionBf16 {
                 PackedKeys::new(&k[kv.clone()], &v[kv], lk, d, d)
             })
             .collect();
-        let mut tasks = Vec::with_capacity(n * h * lq.div_ceil(TILE_Q));
-        for (bh, o) in out.chunks_mut(lq * d).enumerate() {
-            for (t, tile) in o.chunks_mut(TILE_Q * d).enumerate() {
-                tasks.push((bh, t * TILE_Q, tile));
-            }
-        }
+        let tasks = crate::kernels::row_tiles(&mut out, lq, d, TILE_Q);
         let scale = self.scale;
         run_tasks_with(
             tasks,
@@ -262,7 +252,8 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    fn new(d: usize) -> Self {
+    /// Buffers of [`attend_groups`] for key widths up to `d`.
+    pub(crate) fn new(d: usize) -> Self {
         Self {
             scores: vec![0.0; TILE_Q * TILE_K],
             q_pairs: vec![0; TILE_Q * d.div_ceil(2)],

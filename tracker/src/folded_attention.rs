@@ -238,12 +238,7 @@ impl CustomOp3 for ImageToTokens {
                 )
             })
             .collect();
-        let mut tasks = Vec::new();
-        for (b, o) in out.chunks_mut(lq * out_ch).enumerate() {
-            for (t, chunk) in o.chunks_mut(ROWS_PER_TASK * out_ch).enumerate() {
-                tasks.push((b, t * ROWS_PER_TASK, chunk));
-            }
-        }
+        let tasks = crate::kernels::row_tiles(&mut out, lq, out_ch, ROWS_PER_TASK);
         let t = self.keys;
         run_tasks_with(
             tasks,

@@ -94,6 +94,28 @@ pub(crate) fn zeroed(len: usize) -> Vec<f32> {
     output_in_chunks(len, 1 << 16, |_, _| {})
 }
 
+/// An output of `entries` blocks of `rows x width` values cut into tasks of at most
+/// `rows_per_task` rows that never straddle two blocks: `(entry, first_row, chunk)` (the
+/// attention ops' query tiles).
+pub(crate) fn row_tiles(
+    out: &mut [f32],
+    rows: usize,
+    width: usize,
+    rows_per_task: usize,
+) -> Vec<(usize, usize, &mut [f32])> {
+    let per = rows_per_task.max(1);
+    let mut tasks = Vec::new();
+    if rows * width == 0 {
+        return tasks;
+    }
+    for (entry, block) in out.chunks_mut(rows * width).enumerate() {
+        for (t, chunk) in block.chunks_mut(per * width).enumerate() {
+            tasks.push((entry, t * per, chunk));
+        }
+    }
+    tasks
+}
+
 /// `w` output values at `p` as not-yet-written floats, for ops whose output is allocated without
 /// zeroing (every element written once by its task) and written through raw row pointers.
 ///

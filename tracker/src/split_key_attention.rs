@@ -275,12 +275,7 @@ impl CustomOp3 for SplitKeyOp {
             return Ok((CpuStorage::F32(out), shape));
         }
         let mut out = crate::kernels::zeroed(len);
-        let mut tasks = Vec::new();
-        for (entry, o) in out.chunks_mut(lq * dv).enumerate() {
-            for (t, chunk) in o.chunks_mut(TILE_Q * dv).enumerate() {
-                tasks.push((entry, t * TILE_Q, chunk));
-            }
-        }
+        let tasks = crate::kernels::row_tiles(&mut out, lq, dv, TILE_Q);
         run_tasks_with(tasks, threads(), scratch, |s, (entry, q0, out)| {
             tile(s, entry, q0, out)
         });
@@ -300,7 +295,7 @@ impl SplitKeyOp {
         b: usize,
         per_entry: usize,
     ) -> Result<(CpuStorage, Shape)> {
-        use crate::attention_bf16::{attend_groups, scratch, PackedKeys};
+        use crate::attention_bf16::{attend_groups, PackedKeys, Scratch};
         let Self { lr, lu, e, dv, .. } = *self;
         let packed: Vec<[PackedKeys; 2]> = (0..b)
             .map(|i| {
@@ -316,17 +311,12 @@ impl SplitKeyOp {
             .collect();
         let len = b * lq * dv;
         let mut out = crate::kernels::zeroed(len);
-        let mut tasks = Vec::new();
-        for (entry, o) in out.chunks_mut(lq * dv).enumerate() {
-            for (t, chunk) in o.chunks_mut(TILE_Q * dv).enumerate() {
-                tasks.push((entry, t * TILE_Q, chunk));
-            }
-        }
+        let tasks = crate::kernels::row_tiles(&mut out, lq, dv, TILE_Q);
         let scale = self.scale;
         run_tasks_with(
             tasks,
             threads(),
-            || scratch(d.max(e)),
+            || Scratch::new(d.max(e)),
             |s, (entry, q0, out)| {
                 let rows = out.len() / dv;
                 let qe = if bq == 1 { 0 } else { entry };

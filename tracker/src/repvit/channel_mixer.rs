@@ -171,9 +171,10 @@ impl CustomOp2 for ChannelMixer<'_> {
             tasks,
             threads(),
             || Scratch {
-                x: PackedB::zeroed(c, COLS),
+                // The exact products' packed blocks (the bf16 ones pack into `pairs`).
+                x: PackedB::zeroed(if self.bf16.is_some() { 0 } else { c }, COLS),
                 hidden: vec![0f32; hid * COLS],
-                h: PackedB::zeroed(hid, COLS),
+                h: PackedB::zeroed(if self.bf16.is_some() { 0 } else { hid }, COLS),
                 y: vec![0f32; if self.scale.is_some() { co * COLS } else { 0 }],
                 t: vec![
                     0f32;
