@@ -915,3 +915,45 @@ mod tests {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod speed {
+    use candle_core::{Device, Tensor};
+
+    /// Time per call of the dense convs at their 1024 shapes (the stem; the mask downsampler):
+    /// `cargo test --release -p edgetam-tracker --lib repvit::conv::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn dense_shapes() -> candle_core::Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        for (c, o, side, gelu) in [
+            (3usize, 24usize, 1024usize, true),
+            (24, 48, 512, false),
+            (1, 4, 1024, false),
+            (4, 16, 512, false),
+            (16, 64, 256, false),
+            (64, 256, 128, false),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
+            let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
+            let d = super::Dense::new(&wt, &b, 2, 1)?;
+            let run = || if gelu { d.forward_gelu(&x) } else { d.forward(&x) };
+            run()?;
+            let reps = 10;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                run()?;
+            }
+            let s = t.elapsed().as_secs_f64() / reps as f64;
+            let mac = (o * c * 9 * side * side / 4) as f64;
+            println!(
+                "{c:3} -> {o:3} at {side}: {:.2} ms, {:.0} GFLOP/s",
+                s * 1e3,
+                2.0 * mac / s / 1e9
+            );
+        }
+        Ok(())
+    }
+}
