@@ -837,4 +837,94 @@ mod profile {
         }
         Ok(())
     }
+    /// Wall time per step of the path a tracked frame runs (one object, 7 memories, 16
+    /// pointers, folded cross-attention, residual adds fused into the norms), `EDGETAM_PROFILE_BF16=1`
+    /// for the bf16 mode:
+    /// `cargo test --release -p edgetam-tracker --lib memory_attention::profile::frame_path -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn frame_path() -> Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let cfg = EdgeTamConfig::default();
+        let mut att = MemoryAttention::new(&cfg, crate::weights::random_var_builder(7, &dev).pp("memory_attention"))?;
+        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
+            att.set_bf16_products(true)?;
+        }
+        let (hw, c) = (att.query_rope.len(), att.hidden);
+        let (n_mem, n_ptr) = (7, 16);
+        let m = n_mem * 512 + n_ptr * 4;
+        let x = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
+        let memory = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let key = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let layout = KeyLayout {
+            num_excluded: n_ptr * 4,
+            num_memories: n_mem,
+        };
+        let rope = (&att.query_rope, &att.key_rope);
+        let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
+        let rounds = 4;
+        for round in 0..rounds {
+            let mut t =
+                |name: &'static str, f: &mut dyn FnMut() -> Result<Tensor>| -> Result<Tensor> {
+                    let t0 = std::time::Instant::now();
+                    let y = f()?;
+                    if round > 0 {
+                        *acc.entry(name).or_default() +=
+                            t0.elapsed().as_secs_f64() * 1e3 / (rounds - 1) as f64;
+                    }
+                    Ok(y)
+                };
+            let total = std::time::Instant::now();
+            let mut h = x.clone();
+            for l in &att.layers {
+                let u = t("self-attention (norm, q/k/v, rope, attend, out)", &mut || {
+                    l.self_attn_update(&h, rope.0)
+                })?;
+                let mut q = Tensor::zeros(1, DType::F32, &dev)?;
+                let hh = t("residual + norm", &mut || {
+                    let (a, b) = l.layer_norm2.add_and_norm(&h, &u)?;
+                    q = b;
+                    Ok(a)
+                })?;
+                let u = t("cross-attention (folded)", &mut || {
+                    l.cross_attn_image
+                        .forward(&q, &key, &memory, rope.0, rope.1, Some(layout))
+                })?;
+                let hh = t("residual + norm", &mut || {
+                    let (a, b) = l.layer_norm3.add_and_norm(&hh, &u)?;
+                    q = b;
+                    Ok(a)
+                })?;
+                let u = t("mlp", &mut || Ok(l.mlp.forward(&q)?))?;
+                h = t("residual add", &mut || Ok((&hh + &u)?))?;
+            }
+            t("final norm", &mut || Ok(att.layer_norm.forward(&h)?))?;
+            let whole = total.elapsed().as_secs_f64() * 1e3 / (rounds - 1) as f64;
+            // The first layer's self-attention step by step.
+            let l = &att.layers[0];
+            let p = &l.self_attn.proj;
+            let q = t("  sa: norm", &mut || Ok(l.layer_norm1.forward(&x)?))?;
+            let qq = t("  sa: q/k/v projections", &mut || Ok(p.queries(&q)?))?;
+            let kk = t("  sa: q/k/v projections", &mut || Ok(p.keys(&q)?))?;
+            let vv = t("  sa: q/k/v projections", &mut || Ok(p.values(&q)?))?;
+            let qq = t("  sa: rope", &mut || Ok(rope.0.apply(&qq)?))?;
+            let kk = t("  sa: rope", &mut || Ok(rope.0.apply(&kk)?))?;
+            let o = t("  sa: attention", &mut || {
+                Ok(if p.bf16_products {
+                    crate::attention_bf16::scaled_dot_product_bf16(&qq, &kk, &vv, p.scaling())?
+                } else {
+                    crate::attention::scaled_dot_product(&qq, &kk, &vv, p.scaling())?
+                })
+            })?;
+            t("  sa: output projection", &mut || Ok(p.project_out(&o)?))?;
+            if round > 0 {
+                *acc.entry("(total)").or_default() += whole;
+            }
+        }
+        for (k, v) in &acc {
+            println!("{k:48} {v:7.1} ms");
+        }
+        Ok(())
+    }
 }
