@@ -144,6 +144,15 @@ impl CustomOp3 for FusedAttention {
         });
         let keys = keys.map_err(|_| candle_core::Error::Msg("attention: packing failed".into()))?;
         let scratch = || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]);
+        let tiles = n * h * lq.div_ceil(TILE_Q);
+        let workers = threads();
+        if tiles < workers && lk >= 2 * TILE_K {
+            // Fewer query tiles than workers (the decoder's 7 tokens x 8 heads against the
+            // image): split the keys as well, then merge the partial softmaxes.
+            let parts = (workers / tiles).clamp(2, lk.div_ceil(TILE_K));
+            let out = attend_split_keys(q, &keys, &values, (n * h, lq), parts, dims)?;
+            return Ok((CpuStorage::F32(out), shape));
+        }
         // Tasks: disjoint output tiles of `tile_rows` queries, handed out dynamically (the
         // machine is shared). When the tiles divide every batch x head block, each is zeroed
         // by its worker right before use (no separate zeroing pass over the output).
@@ -195,23 +204,110 @@ fn attend_tile(
     stats: &mut [f32],
     dims: Dims,
 ) {
-    let Dims { lk, d, scale, .. } = dims;
+    let d = dims.d;
+    attend_keys(q, k, v, 0..dims.lk, out, scores, stats, dims);
+    let rows = out.len() / d;
+    for r in 0..rows {
+        let inv = stats[TILE_Q + r];
+        out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o /= inv);
+    }
+}
+
+/// [`attend_tile`] over the keys `keys` (starting at a multiple of [`TILE_K`]) without the
+/// final division: `out` holds `sum_j exp(s_j - max) v_j`, `stats` the running maximum
+/// (first [`TILE_Q`] values) and sum (next [`TILE_Q`]) per row.
+#[allow(clippy::too_many_arguments)]
+fn attend_keys(
+    q: &[f32],
+    k: &PackedB,
+    v: &PackedB,
+    keys: std::ops::Range<usize>,
+    out: &mut [f32],
+    scores: &mut [f32],
+    stats: &mut [f32],
+    dims: Dims,
+) {
+    let Dims { d, scale, .. } = dims;
     let rows = out.len() / d;
     let (max, sum) = stats.split_at_mut(TILE_Q);
     max[..rows].fill(f32::NEG_INFINITY);
     sum[..rows].fill(0.0);
     out.fill(0.0);
-    for k0 in (0..lk).step_by(TILE_K) {
-        let cols = TILE_K.min(lk - k0);
+    for k0 in keys.clone().step_by(TILE_K) {
+        let cols = TILE_K.min(keys.end - k0);
         let s = &mut scores[..rows * cols];
         gemm_packed(rows, q, d, k, 0..d, k0..k0 + cols, s, cols, false);
         online_softmax(s, cols, scale, &mut max[..rows], &mut sum[..rows], out, d);
         gemm_packed(rows, s, cols, v, k0..k0 + cols, 0..d, out, d, true);
     }
-    for r in 0..rows {
-        let inv = sum[r];
-        out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o /= inv);
+}
+
+/// The attention with each query tile's keys split in `parts` ranges (tasks of their own),
+/// then merged: `out = sum_p e^(m_p - M) out_p / sum_p e^(m_p - M) sum_p`, `M` the largest
+/// partial maximum. `q` is `entries x lq x d`; returns `entries x lq x d`.
+fn attend_split_keys(
+    q: &[f32],
+    keys: &[PackedB],
+    values: &[PackedB],
+    (entries, lq): (usize, usize),
+    parts: usize,
+    dims: Dims,
+) -> Result<Vec<f32>> {
+    let Dims { lk, d, .. } = dims;
+    let per_tile = lq.div_ceil(TILE_Q);
+    let span = lk.div_ceil(parts).next_multiple_of(TILE_K);
+    let ranges: Vec<_> = (0..lk).step_by(span).map(|k0| k0..(k0 + span).min(lk)).collect();
+    // Per (tile, key range): the unnormalised rows, then their maxima and sums.
+    let tasks: Vec<(usize, usize)> = (0..entries * per_tile)
+        .flat_map(|t| (0..ranges.len()).map(move |p| (t, p)))
+        .collect();
+    let partial: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> =
+        tasks.iter().map(|_| Default::default()).collect();
+    run_tasks_with(
+        (0..tasks.len()).collect(),
+        threads(),
+        || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]),
+        |(scores, stats), i| {
+            let (t, p) = tasks[i];
+            let (e, q0) = (t / per_tile, (t % per_tile) * TILE_Q);
+            let rows = TILE_Q.min(lq - q0);
+            let qt = &q[(e * lq + q0) * d..][..rows * d];
+            let mut out = vec![0f32; rows * d];
+            let (k, v) = (&keys[e], &values[e]);
+            attend_keys(qt, k, v, ranges[p].clone(), &mut out, scores, stats, dims);
+            let mut stats_out = stats[..rows].to_vec();
+            stats_out.extend_from_slice(&stats[TILE_Q..TILE_Q + rows]);
+            if let Ok(mut slot) = partial[i].lock() {
+                *slot = (out, stats_out);
+            }
+        },
+    );
+    let mut result = vec![0f32; entries * lq * d];
+    let parts_of: Vec<(Vec<f32>, Vec<f32>)> = partial
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_default())
+        .collect();
+    for (t, group) in parts_of.chunks(ranges.len()).enumerate() {
+        let (e, q0) = (t / per_tile, (t % per_tile) * TILE_Q);
+        let rows = TILE_Q.min(lq - q0);
+        if group.iter().any(|(o, s)| o.len() != rows * d || s.len() != 2 * rows) {
+            candle_core::bail!("attention: a key-range task did not run");
+        }
+        for r in 0..rows {
+            let top = group.iter().map(|(_, s)| s[r]).fold(f32::NEG_INFINITY, f32::max);
+            let dst = &mut result[(e * lq + q0 + r) * d..][..d];
+            let mut total = 0f32;
+            for (o, s) in group {
+                let w = exp_neg(s[r] - top);
+                total += w * s[rows + r];
+                for (x, y) in dst.iter_mut().zip(&o[r * d..(r + 1) * d]) {
+                    *x += w * y;
+                }
+            }
+            dst.iter_mut().for_each(|x| *x /= total);
+        }
     }
+    Ok(result)
 }
 
 /// Online-softmax step over a score tile `s` (`rows x cols`): scales the scores, replaces them
@@ -408,6 +504,45 @@ mod tests {
         check(1, 1, 4096, 4096, 256, 1.0)?;
         check(2, 1, 4096, 3648, 256, 1.0)?;
         check(1, 1, 1000, 3653, 256, 0.5)?;
+        Ok(())
+    }
+
+    /// Keys split into ranges and merged (what runs when query tiles are fewer than workers):
+    /// the decoder's folded token-to-image shape, ranges that end mid-tile, several tiles.
+    #[test]
+    fn split_keys_match_unfused() -> Result<()> {
+        for (n, h, lq, lk, d, parts) in [
+            (1usize, 1usize, 56usize, 4096usize, 256usize, 2usize),
+            (1, 1, 56, 4096, 256, 5),
+            (2, 1, 130, 1000, 32, 3),
+            (1, 2, 7, 600, 16, 2),
+        ] {
+            let q = tensor((n, h, lq, d), 11, 2.0)?;
+            let k = tensor((n, h, lk, d), 12, 2.0)?;
+            let v = tensor((n, h, lk, d), 13, 1.0)?;
+            let scale = (d as f64).powf(-0.5);
+            let plain = scaled_dot_product_unfused(&q, &k, &v, scale)?;
+            let (qs, ks, vs) = (
+                q.flatten_all()?.to_vec1::<f32>()?,
+                k.flatten_all()?.to_vec1::<f32>()?,
+                v.flatten_all()?.to_vec1::<f32>()?,
+            );
+            let packed_k: Vec<_> = (0..n * h)
+                .map(|e| PackedB::from_transposed(&ks[e * lk * d..][..lk * d], lk, d, d))
+                .collect();
+            let packed_v: Vec<_> = (0..n * h)
+                .map(|e| PackedB::from_rows(&vs[e * lk * d..][..lk * d], lk, d, d))
+                .collect();
+            let dims = Dims {
+                lk,
+                d,
+                scale: scale as f32,
+            };
+            let out = attend_split_keys(&qs, &packed_k, &packed_v, (n * h, lq), parts, dims)?;
+            let out = Tensor::from_vec(out, (n, h, lq, d), &Device::Cpu)?;
+            let err = rel_l2(&out, &plain)?;
+            assert!(err <= 1e-6, "[{n},{h},{lq},{lk},{d}] {parts} parts: {err:e}");
+        }
         Ok(())
     }
 

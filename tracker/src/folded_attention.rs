@@ -82,10 +82,17 @@ impl FoldedHeads {
         let q = proj.queries(query)?; // [N, h, Lq, hd]
         let c = self.wk.dim(2)?;
         // Wk_h^T q_h for every head and query: [N, h, Lq, C] -> [N, h * Lq, C]
-        let qk = q.broadcast_matmul(&self.wk)?.reshape((n, h * lq, c))?;
-        let scores = (qk.matmul(&key.t()?)? * proj.scaling())?; // [N, h * Lq, Lk]
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        let averaged = weights.matmul(&value.contiguous()?)?; // [N, h * Lq, C]
+        let qk = q.broadcast_matmul(&self.wk)?.reshape((n, 1, h * lq, c))?;
+        // One attention of all heads' folded queries over the unprojected image: on the CPU
+        // the fused kernel, its keys split over the workers (56 query rows are one tile).
+        let lk = key.dim(1)?;
+        let averaged = crate::attention::scaled_dot_product(
+            &qk,
+            &key.reshape((n, 1, lk, c))?,
+            &value.reshape((n, 1, lk, c))?,
+            proj.scaling(),
+        )?
+        .reshape((n, h * lq, c))?; // [N, h * Lq, C]
         let heads = averaged
             .reshape((n, h, lq, c))?
             .broadcast_matmul(&self.wv_t)?
