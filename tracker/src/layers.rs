@@ -9,6 +9,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, T
 use candle_nn::{linear, Linear, VarBuilder};
 
 use crate::folded_attention::{FoldedHeads, FoldedQueries};
+use crate::gemm_f32::avx512;
 use crate::kernels::{f32_slice, threads};
 use crate::linear_bf16::SwitchLinear;
 
@@ -237,8 +238,27 @@ impl NormOp {
         (sq_sum / channels as f64 + self.eps).sqrt() as f32
     }
 
-    /// Normalises one contiguous row (last-dim norm).
+    /// Normalises one contiguous row (last-dim norm). The worker threads are not compiled for
+    /// AVX-512; its copy of the same loops (explicit f64 lanes, no contraction, so the same
+    /// bits) runs 8 f64 lanes instead of SSE2's 2.
     fn row(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512() {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            unsafe { self.row_avx512(x, out, w, b) };
+            return;
+        }
+        self.row_body(x, out, w, b);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_avx512(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
+        self.row_body(x, out, w, b);
+    }
+
+    #[inline(always)]
+    fn row_body(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
         let n = x.len();
         // The mean is rounded to f32 and subtracted in f32, as the tensor-op path does.
         let mean = (sum_f64(x, f64::from) / n as f64) as f32;
@@ -255,8 +275,40 @@ impl NormOp {
     }
 
     /// Mean and denominator of `n` adjacent columns of a `[channels, stride]` block starting at
-    /// `x[0]` (channels-first norm): row-by-row f64 accumulation, which vectorizes over columns.
+    /// `x[0]` (channels-first norm): row-by-row f64 accumulation, which vectorizes over columns
+    /// (AVX-512 where the CPU has it, as [`Self::row`]).
     fn columns(
+        &self,
+        x: &[f32],
+        stride: usize,
+        channels: usize,
+        mean: &mut [f32],
+        den: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512() {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            unsafe { self.columns_avx512(x, stride, channels, mean, den) };
+            return;
+        }
+        self.columns_body(x, stride, channels, mean, den);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn columns_avx512(
+        &self,
+        x: &[f32],
+        stride: usize,
+        channels: usize,
+        mean: &mut [f32],
+        den: &mut [f32],
+    ) {
+        self.columns_body(x, stride, channels, mean, den);
+    }
+
+    #[inline(always)]
+    fn columns_body(
         &self,
         x: &[f32],
         stride: usize,
@@ -379,19 +431,56 @@ impl CustomOp3 for NormOp {
                 let (s, c) = (r / channels, r % channels);
                 let src = &x[r * inner..(r + 1) * inner];
                 let stats = s * inner..(s + 1) * inner;
-                let (wc, bc) = (w[c], b[c]);
-                for (((o, &v), &m), &d) in o
-                    .iter_mut()
-                    .zip(src)
-                    .zip(&mean[stats.clone()])
-                    .zip(&den[stats])
-                {
-                    *o = (v - m) / d * wc + bc;
-                }
+                normalize_row(o, src, &mean[stats.clone()], &den[stats], w[c], b[c]);
             }
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+}
+
+/// `out = (x - mean) / den * w + b` along one channel row of a channels-first norm (AVX-512
+/// where the CPU has it; the same operations, so the same bits).
+fn normalize_row(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+    #[inline(always)]
+    fn body(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+        for (((o, &v), &m), &d) in out.iter_mut().zip(x).zip(mean).zip(den) {
+            *o = (v - m) / d * w + b;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn wide(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+        body(out, x, mean, den, w, b);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked just above).
+        unsafe { wide(out, x, mean, den, w, b) };
+        return;
+    }
+    body(out, x, mean, den, w, b);
+}
+
+/// [`normalize_row`] with `out` as its own input.
+fn normalize_row_in_place(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+    #[inline(always)]
+    fn body(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+        for ((o, &m), &d) in row.iter_mut().zip(mean).zip(den) {
+            *o = (*o - m) / d * w + b;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn wide(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
+        body(row, mean, den, w, b);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked just above).
+        unsafe { wide(row, mean, den, w, b) };
+        return;
+    }
+    body(row, mean, den, w, b);
 }
 
 /// A channels-first LayerNorm's parameters on the host ([`LayerNorm2d::host`]).
@@ -416,9 +505,7 @@ impl HostNorm {
         op.columns(block, stride, channels, &mut mean, &mut den);
         for (c, (&w, &b)) in self.weight.iter().zip(&self.bias).enumerate() {
             let row = &mut block[c * stride..c * stride + n];
-            for ((o, &m), &d) in row.iter_mut().zip(&mean).zip(&den) {
-                *o = (*o - m) / d * w + b;
-            }
+            normalize_row_in_place(row, &mean, &den, w, b);
         }
     }
 }
@@ -814,6 +901,38 @@ mod tests {
                 "{shape:?} over {dim}: {fast} vs {ops}"
             );
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use candle_core::{Device, Module, Tensor};
+
+    /// Time per call of the token LayerNorm (memory attention's 4096 x 256) and the
+    /// channels-first one (the mask downsampler's first map):
+    /// `cargo test --release -p edgetam-tracker --lib layers::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn norms() -> candle_core::Result<()> {
+        crate::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let vb = crate::weights::random_var_builder(3, &dev);
+        let tokens = super::LayerNorm::new(256, 1e-5, vb.pp("t"))?;
+        let channels = super::LayerNorm2d::new(4, 1e-6, vb.pp("c"))?;
+        let x = Tensor::randn(0f32, 1.0, (1, 4096, 256), &dev)?;
+        let m = Tensor::randn(0f32, 1.0, (1, 4, 512, 512), &dev)?;
+        let time = |name: &str, f: &dyn Fn() -> candle_core::Result<Tensor>| {
+            f()?;
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                f()?;
+            }
+            println!("{name}: {:.3} ms", t.elapsed().as_secs_f64() * 20.0);
+            candle_core::Result::Ok(())
+        };
+        time("tokens 4096 x 256", &|| tokens.forward(&x))?;
+        time("channels-first 4 x 512 x 512", &|| channels.forward(&m))?;
         Ok(())
     }
 }
