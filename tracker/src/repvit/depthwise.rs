@@ -9,6 +9,10 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
 use crate::kernels::f32_slice;
 
+/// 16-output vectors per group of [`Kernel::plane_wide`]: 4 independent sums cover the adds'
+/// latency (one at a time, the 7x7's 49 dependent adds per vector bound it).
+const WIDE_VECTORS: usize = 4;
+
 /// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
 /// kernel benchmarks in `benches/`).
 pub struct Depthwise {
@@ -187,7 +191,7 @@ impl Kernel {
             return;
         }
         let _ = wide;
-        self.plane(c, inp, h, w, out, oh, ow);
+        self.plane(false, c, inp, h, w, out, oh, ow);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -203,7 +207,7 @@ impl Kernel {
         oh: usize,
         ow: usize,
     ) {
-        self.plane(c, inp, h, w, out, oh, ow);
+        self.plane(true, c, inp, h, w, out, oh, ow);
     }
 
     /// One channel plane: the memory fuser's 7x7 (stride 1) in one pass per output vector
@@ -212,6 +216,7 @@ impl Kernel {
     #[inline(always)]
     fn plane(
         &self,
+        wide: bool,
         c: usize,
         inp: &[f32],
         h: usize,
@@ -221,22 +226,25 @@ impl Kernel {
         ow: usize,
     ) {
         if self.stride == 1 && self.k >= 5 && 2 * self.padding + 1 == self.k {
-            self.plane_wide(c, inp, h, w, out, oh, ow);
+            self.plane_wide(wide, c, inp, h, w, out, oh, ow);
         } else {
             self.plane_taps(c, inp, h, w, out, oh, ow);
         }
     }
 
-    /// Stride 1, "same" padding, large kernels: 16 outputs at a time accumulate all `k * k`
-    /// taps in registers, reading zero-padded copies of the `k` input rows. The tap-by-tap
-    /// form makes `k * k` passes over every output row with per-tap bookkeeping: for the 7x7 on
-    /// 64-wide rows that bookkeeping was most of the time. Per output the sum runs in the same
-    /// order (bias, then taps row by row, each product rounded before its add); a padding tap
-    /// adds `w * 0`, so the values are equal to the tap-by-tap form's.
+    /// Stride 1, "same" padding, large kernels: [`WIDE_VECTORS`] x 16 outputs of a row at a
+    /// time accumulate all `k * k` taps in registers (independent sums, so the adds overlap),
+    /// reading zero-padded copies of the `k` input rows, kept in a ring (one row copied per
+    /// output row). The tap-by-tap form makes `k * k` passes over every output row with
+    /// per-tap bookkeeping: for the 7x7 on 64-wide rows that bookkeeping was most of the time.
+    /// Per output the sum runs in the same order (bias, then taps row by row, each product
+    /// rounded before its add); a padding tap adds `w * 0`, so the values are equal to the
+    /// tap-by-tap form's.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn plane_wide(
         &self,
+        wide: bool,
         c: usize,
         inp: &[f32],
         h: usize,
@@ -246,37 +254,42 @@ impl Kernel {
         ow: usize,
     ) {
         const L: usize = 16;
+        const V: usize = WIDE_VECTORS;
         let (k, p) = (self.k, self.padding);
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         let b = self.bias[c];
-        // Row `ky` padded: `p` zeros, the row, then zeros to a whole number of vectors.
-        let len = ow.div_ceil(L) * L + k;
+        // Input row `iy` padded (`p` zeros, the row, zeros to whole groups of vectors) in slot
+        // `(iy + p) % k`.
+        let len = ow.div_ceil(L * V) * L * V + k;
         let mut pad = vec![0f32; k * len];
-        for oy in 0..oh {
-            for (ky, row) in pad.chunks_exact_mut(len).enumerate() {
-                let iy = (oy + ky) as isize - p as isize;
-                if iy < 0 || iy >= h as isize {
-                    row.fill(0.0);
-                } else {
-                    let iy = iy as usize;
-                    row[p..p + w].copy_from_slice(&inp[iy * w..(iy + 1) * w]);
-                }
+        let load = |pad: &mut [f32], shifted: usize| {
+            let row = &mut pad[(shifted % k) * len..][..len];
+            match shifted.checked_sub(p).filter(|&iy| iy < h) {
+                Some(iy) => row[p..p + w].copy_from_slice(&inp[iy * w..(iy + 1) * w]),
+                None => row.fill(0.0),
             }
+        };
+        for shifted in 0..k.saturating_sub(1) {
+            load(&mut pad, shifted);
+        }
+        for oy in 0..oh {
+            load(&mut pad, oy + k - 1);
             let orow = &mut out[oy * ow..(oy + 1) * ow];
-            for (x0, o) in (0..ow).step_by(L).zip(orow.chunks_mut(L)) {
-                let mut acc = [b; L];
-                for (row, wrow) in pad.chunks_exact(len).zip(wk.chunks_exact(k)) {
-                    for (kx, &wv) in wrow.iter().enumerate() {
-                        let src: &[f32; L] = match row[x0 + kx..x0 + kx + L].try_into() {
-                            Ok(v) => v,
-                            Err(_) => continue, // unreachable: `len` covers every vector
-                        };
-                        for (a, &v) in acc.iter_mut().zip(src) {
-                            *a += wv * v;
-                        }
-                    }
+            for x0 in (0..ow).step_by(L * V) {
+                let mut acc = [[b; L]; V];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: `wide` is only set when the CPU reports AVX-512F.
+                    unsafe { wide_group(&mut acc, &pad, len, (oy, x0), wk, k) };
+                } else {
+                    narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
                 }
-                o.copy_from_slice(&acc[..o.len()]);
+                #[cfg(not(target_arch = "x86_64"))]
+                narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
+                let n = (ow - x0).min(L * V);
+                for (o, a) in orow[x0..x0 + n].chunks_mut(L).zip(&acc) {
+                    o.copy_from_slice(&a[..o.len()]);
+                }
             }
         }
     }
@@ -372,6 +385,69 @@ impl CustomOp1 for Kernel {
     }
 }
 
+/// One group of [`WIDE_VECTORS`] x 16 outputs of output row `oy` from column `x0`: `acc`
+/// (filled with the bias) accumulates every tap in order from the padded row ring `pad` (`k`
+/// rows of `len`, slot `(oy + ky) % k` for kernel row `ky`).
+#[inline(always)]
+fn narrow_group(
+    acc: &mut [[f32; 16]; WIDE_VECTORS],
+    pad: &[f32],
+    len: usize,
+    (oy, x0): (usize, usize),
+    wk: &[f32],
+    k: usize,
+) {
+    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
+        let row = &pad[((oy + ky) % k) * len..][..len];
+        for (kx, &wv) in wrow.iter().enumerate() {
+            for (v, a) in acc.iter_mut().enumerate() {
+                let src = &row[x0 + kx + v * 16..][..16];
+                for (a, &x) in a.iter_mut().zip(src) {
+                    *a += wv * x;
+                }
+            }
+        }
+    }
+}
+
+/// [`narrow_group`] in AVX-512 registers (the same multiplies and adds, not fused).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn wide_group(
+    acc: &mut [[f32; 16]; WIDE_VECTORS],
+    pad: &[f32],
+    len: usize,
+    (oy, x0): (usize, usize),
+    wk: &[f32],
+    k: usize,
+) {
+    use std::arch::x86_64::*;
+    if pad.len() < k * len || x0 + k + 16 * WIDE_VECTORS > len + 1 {
+        // Not the ring `plane_wide` builds: the checked form.
+        narrow_group(acc, pad, len, (oy, x0), wk, k);
+        return;
+    }
+    let mut r: [__m512; WIDE_VECTORS] = std::array::from_fn(|v| _mm512_loadu_ps(acc[v].as_ptr()));
+    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
+        // SAFETY: slot `(oy + ky) % k < k` lies in `pad` (checked above).
+        let row = unsafe { pad.as_ptr().add(((oy + ky) % k) * len + x0) };
+        for (kx, &wv) in wrow.iter().enumerate() {
+            let wv = _mm512_set1_ps(wv);
+            for (v, a) in r.iter_mut().enumerate() {
+                // SAFETY: `x0 + kx + 16 v + 16 <= x0 + k - 1 + 16 WIDE_VECTORS <= len`.
+                let x = unsafe { _mm512_loadu_ps(row.add(kx + 16 * v)) };
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, x));
+            }
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(r) {
+        _mm512_storeu_ps(a.as_mut_ptr(), v);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +490,8 @@ mod tests {
             (5, 4, 16),
             (7, 3, 2),
             (7, 64, 64),
+            (7, 9, 100),
+            (7, 70, 37),
         ] {
             let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
             let dw = Depthwise::new(
@@ -425,10 +503,15 @@ mod tests {
             let kern = &dw.kernel;
             let (oh, ow) = (kern.out_size(h), kern.out_size(w));
             let inp = x.flatten_all()?.to_vec1::<f32>()?;
-            let (mut a, mut b) = (vec![0f32; oh * ow], vec![0f32; oh * ow]);
-            kern.plane_wide(0, &inp, h, w, &mut a, oh, ow);
+            let mut b = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
-            assert_eq!(a, b, "k {k}, {h}x{w}");
+            // The portable group, and the AVX-512 one where the CPU has it.
+            let wide = crate::gemm_f32::avx512();
+            for registers in [false, wide] {
+                let mut a = vec![0f32; oh * ow];
+                kern.plane_wide(registers, 0, &inp, h, w, &mut a, oh, ow);
+                assert_eq!(a, b, "k {k}, {h}x{w}, AVX-512 {registers}");
+            }
         }
         Ok(())
     }
