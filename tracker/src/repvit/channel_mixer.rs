@@ -51,7 +51,7 @@ struct Scratch {
     x: PackedB,
     hidden: Vec<f32>,
     h: PackedB,
-    /// `conv2`'s output block before the scale (only with a scale).
+    /// `conv2`'s output block (before the scale, when there is one).
     y: Vec<f32>,
     /// The token mixer's output block `c x COLS` (only with a token mixer).
     t: Vec<f32>,
@@ -175,7 +175,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                 x: PackedB::zeroed(if self.bf16.is_some() { 0 } else { c }, COLS),
                 hidden: vec![0f32; hid * COLS],
                 h: PackedB::zeroed(if self.bf16.is_some() { 0 } else { hid }, COLS),
-                y: vec![0f32; if self.scale.is_some() { co * COLS } else { 0 }],
+                y: vec![0f32; co * COLS],
                 t: vec![
                     0f32;
                     if self.token_mixer.is_some() {
@@ -243,12 +243,17 @@ impl CustomOp2 for ChannelMixer<'_> {
                     unsafe {
                         match self.scale {
                             None => {
-                                for (o, &bias) in self.b2.iter().enumerate() {
-                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                // Into the local block, then copied out: in place, the
+                                // product's rows would lie `hw` floats apart, a power of two
+                                // that maps them all to the same cache sets.
+                                let y = &mut s.y[..co * w];
+                                for (o, (row, &bias)) in y.chunks_mut(w).zip(self.b2).enumerate()
+                                {
                                     for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
-                                        v.write(r + bias);
+                                        *v = r + bias;
                                     }
                                 }
+                                let out = y.as_mut_ptr();
                                 self.product(
                                     false,
                                     hid,
@@ -256,9 +261,15 @@ impl CustomOp2 for ChannelMixer<'_> {
                                     hidden,
                                     w,
                                     w,
-                                    dst,
-                                    hw,
+                                    out,
+                                    w,
                                 );
+                                for (o, yr) in y.chunks(w).enumerate() {
+                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                    for (v, &yv) in row.iter_mut().zip(yr) {
+                                        v.write(yv);
+                                    }
+                                }
                             }
                             Some(scale) => {
                                 let y = &mut s.y[..co * w];
