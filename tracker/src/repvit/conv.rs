@@ -314,6 +314,8 @@ const BF16_MIN_PIXELS: usize = 64;
 
 /// Pixels per task of the exact 1x1 conv: the packed input block (`c x 256`) stays in L2.
 const POINTWISE_COLS: usize = 256;
+/// Row stride of the exact 1x1 conv's local output block: not a power of two.
+const POINTWISE_LD: usize = POINTWISE_COLS + 16;
 
 impl FusedPointwise<'_> {
     fn run(
@@ -352,8 +354,11 @@ impl FusedPointwise<'_> {
         }
         // Exact f32: blocks of pixels, each packed once; the bias (plus residual) and the GELU
         // run on the block while it is in cache instead of as passes over the whole output.
-        let mut out = crate::kernels::zeroed(total);
-        if hw == 0 || out_ch == 0 {
+        // The product goes to a local block (rows `POINTWISE_LD` apart) and is copied out once:
+        // in place its rows would lie `hw` floats apart, a power of two at these map sizes,
+        // which maps every row of a tile to the same cache sets.
+        let mut out: Vec<f32> = Vec::with_capacity(total);
+        if total == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
         let chunks = hw.div_ceil(POINTWISE_COLS);
@@ -363,41 +368,62 @@ impl FusedPointwise<'_> {
         run_tasks_with(
             tasks,
             threads(),
-            || PackedB::zeroed(c, POINTWISE_COLS),
-            |packed, task| {
+            || {
+                (
+                    PackedB::zeroed(c, POINTWISE_COLS),
+                    vec![0f32; out_ch * POINTWISE_LD],
+                )
+            },
+            |(packed, block), task| {
                 let (b, j0) = (task / chunks, (task % chunks) * POINTWISE_COLS);
                 let cols = POINTWISE_COLS.min(hw - j0);
                 packed.fill_columns_from_rows(&x[b * c * hw + j0..], hw, cols);
                 let base = b * out_ch * hw + j0;
-                let dst = (out_addr as *mut f32).wrapping_add(base);
-                // SAFETY: `dst` addresses pixels `j0..j0 + cols` of image `b`'s `out_ch x hw`
-                // output (row stride `hw`), which no other task touches; `weight` is
-                // `out_ch x c` and the packed block `c x cols`.
-                unsafe {
-                    for o in 0..out_ch {
-                        let row = std::slice::from_raw_parts_mut(dst.add(o * hw), cols);
-                        let bias = self.bias[o];
-                        match residual {
-                            Some(r) => {
-                                for (v, r) in row.iter_mut().zip(&r[base + o * hw..][..cols]) {
-                                    *v = r + bias;
-                                }
+                for (o, row) in block.chunks_mut(POINTWISE_LD).enumerate() {
+                    let (row, bias) = (&mut row[..cols], self.bias[o]);
+                    match residual {
+                        Some(r) => {
+                            for (v, r) in row.iter_mut().zip(&r[base + o * hw..][..cols]) {
+                                *v = r + bias;
                             }
-                            None => row.fill(bias),
                         }
+                        None => row.fill(bias),
                     }
-                    packed_unchecked(out_ch, self.weight, c, packed, 0..c, 0..cols, dst, hw, true);
+                }
+                // SAFETY: `weight` is `out_ch x c`, the packed block `c x cols` and `block`
+                // `out_ch x POINTWISE_LD` with `cols <= POINTWISE_LD`.
+                unsafe {
+                    packed_unchecked(
+                        out_ch,
+                        self.weight,
+                        c,
+                        packed,
+                        0..c,
+                        0..cols,
+                        block.as_mut_ptr(),
+                        POINTWISE_LD,
+                        true,
+                    );
+                }
+                let dst = (out_addr as *mut f32).wrapping_add(base);
+                for (o, row) in block.chunks_mut(POINTWISE_LD).enumerate() {
+                    let row = &mut row[..cols];
                     if self.epilogue == Epilogue::Gelu {
-                        for o in 0..out_ch {
-                            super::gelu::gelu_slice(std::slice::from_raw_parts_mut(
-                                dst.add(o * hw),
-                                cols,
-                            ));
-                        }
+                        super::gelu::gelu_slice(row);
+                    }
+                    // SAFETY: pixels `j0..j0 + cols` of output row `o` of image `b`: inside
+                    // the allocation, written by this task only.
+                    let fresh = unsafe { crate::kernels::uninit_row(dst.add(o * hw), cols) };
+                    for (v, &y) in fresh.iter_mut().zip(&*row) {
+                        v.write(y);
                     }
                 }
             },
         );
+        // SAFETY: the tasks cover every (image, pixel block) and each wrote all `out_ch` rows
+        // of its block; `run_tasks_with` returns only after every task ran (a panic propagates
+        // first).
+        unsafe { out.set_len(total) };
         Ok((CpuStorage::F32(out), Shape::from((n, out_ch, h, w))))
     }
 }
