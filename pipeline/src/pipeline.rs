@@ -176,7 +176,7 @@ impl PipelineBuilder {
             let (tx, rx) = crossbeam_channel::bounded::<Stage2>(1);
             let producer = Producer {
                 model: self.model.clone(),
-                pool: Some(encoder_pool(self.threads)?),
+                pool: make_pool(self.threads)?,
                 objects: HashSet::new(),
             };
             let (sh, out) = (shared.clone(), out_tx.clone());
@@ -226,35 +226,6 @@ fn make_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {
                 .map_err(|e| Error::Config(format!("thread pool: {e}")))
         })
         .transpose()
-}
-
-/// The encoder-ahead producer's pool: `threads` (default: as many as rayon's global pool)
-/// threads at a lower scheduling priority. The next frame's encoder then takes the cores the
-/// tracking thread leaves idle (its serial steps, the ends of its parallel ones) instead of
-/// time-slicing against it; when the tracker waits for the encoder, the encoder has the cores.
-fn encoder_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
-    let nice: i32 = std::env::var("EDGETAM_ENCODER_NICE").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.unwrap_or_else(rayon::current_num_threads))
-        .thread_name(|i| format!("edgetam-encoder-{i}"))
-        .start_handler(move |_| lower_priority(nice))
-        .build()
-        .map_err(|e| Error::Config(format!("thread pool: {e}")))
-}
-
-/// Raises the calling thread's nice value by `by` (Linux: a per-thread attribute, inherited
-/// by threads it starts). Best effort: a refusal leaves the priority as it was.
-fn lower_priority(by: i32) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `gettid` and `setpriority` have no memory effects; `setpriority` on the caller's
-    // own thread id only changes its scheduling weight.
-    unsafe {
-        let tid = libc::gettid();
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, (now + by).min(19));
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = by;
 }
 
 fn install<R: Send>(pool: &Option<rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
