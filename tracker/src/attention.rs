@@ -256,7 +256,10 @@ fn attend_split_keys(
     let Dims { lk, d, .. } = dims;
     let per_tile = lq.div_ceil(TILE_Q);
     let span = lk.div_ceil(parts).next_multiple_of(TILE_K);
-    let ranges: Vec<_> = (0..lk).step_by(span).map(|k0| k0..(k0 + span).min(lk)).collect();
+    let ranges: Vec<_> = (0..lk)
+        .step_by(span)
+        .map(|k0| k0..(k0 + span).min(lk))
+        .collect();
     // Per (tile, key range): the unnormalised rows, then their maxima and sums.
     let tasks: Vec<(usize, usize)> = (0..entries * per_tile)
         .flat_map(|t| (0..ranges.len()).map(move |p| (t, p)))
@@ -290,11 +293,17 @@ fn attend_split_keys(
     for (t, group) in parts_of.chunks(ranges.len()).enumerate() {
         let (e, q0) = (t / per_tile, (t % per_tile) * TILE_Q);
         let rows = TILE_Q.min(lq - q0);
-        if group.iter().any(|(o, s)| o.len() != rows * d || s.len() != 2 * rows) {
+        if group
+            .iter()
+            .any(|(o, s)| o.len() != rows * d || s.len() != 2 * rows)
+        {
             candle_core::bail!("attention: a key-range task did not run");
         }
         for r in 0..rows {
-            let top = group.iter().map(|(_, s)| s[r]).fold(f32::NEG_INFINITY, f32::max);
+            let top = group
+                .iter()
+                .map(|(_, s)| s[r])
+                .fold(f32::NEG_INFINITY, f32::max);
             let dst = &mut result[(e * lq + q0 + r) * d..][..d];
             let mut total = 0f32;
             for (o, s) in group {
@@ -541,7 +550,10 @@ mod tests {
             let out = attend_split_keys(&qs, &packed_k, &packed_v, (n * h, lq), parts, dims)?;
             let out = Tensor::from_vec(out, (n, h, lq, d), &Device::Cpu)?;
             let err = rel_l2(&out, &plain)?;
-            assert!(err <= 1e-6, "[{n},{h},{lq},{lk},{d}] {parts} parts: {err:e}");
+            assert!(
+                err <= 1e-6,
+                "[{n},{h},{lq},{lk},{d}] {parts} parts: {err:e}"
+            );
         }
         Ok(())
     }

@@ -847,7 +847,10 @@ mod profile {
         crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
         let cfg = EdgeTamConfig::default();
-        let mut att = MemoryAttention::new(&cfg, crate::weights::random_var_builder(7, &dev).pp("memory_attention"))?;
+        let mut att = MemoryAttention::new(
+            &cfg,
+            crate::weights::random_var_builder(7, &dev).pp("memory_attention"),
+        )?;
         if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
             att.set_bf16_products(true)?;
         }
@@ -878,9 +881,10 @@ mod profile {
             let total = std::time::Instant::now();
             let mut h = x.clone();
             for l in &att.layers {
-                let u = t("self-attention (norm, q/k/v, rope, attend, out)", &mut || {
-                    l.self_attn_update(&h, rope.0)
-                })?;
+                let u = t(
+                    "self-attention (norm, q/k/v, rope, attend, out)",
+                    &mut || l.self_attn_update(&h, rope.0),
+                )?;
                 let mut q = Tensor::zeros(1, DType::F32, &dev)?;
                 let hh = t("residual + norm", &mut || {
                     let (a, b) = l.layer_norm2.add_and_norm(&h, &u)?;

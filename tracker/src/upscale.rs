@@ -159,7 +159,7 @@ impl CustomOp2 for UpscaleOp<'_> {
         }
         let shape = Shape::from((n, c_out, 2 * h, 2 * w));
         let plane = 4 * hw; // one output channel
-        // Every value is written by one task's copy-out (no zeroing pass first).
+                            // Every value is written by one task's copy-out (no zeroing pass first).
         let len = n * c_out * plane;
         let mut out: Vec<f32> = Vec::with_capacity(len);
         if len == 0 {
@@ -247,7 +247,8 @@ impl CustomOp2 for UpscaleOp<'_> {
                     crate::repvit::gelu::gelu_slice(src);
                     // SAFETY: output rows `2 i0 .. 2 (i0 + rows)` of channel `c` of image `b`,
                     // which no other task writes.
-                    let dst = unsafe { crate::kernels::uninit_row(base.add(c * plane), block_plane) };
+                    let dst =
+                        unsafe { crate::kernels::uninit_row(base.add(c * plane), block_plane) };
                     for (d, &v) in dst.iter_mut().zip(&*src) {
                         d.write(v);
                     }

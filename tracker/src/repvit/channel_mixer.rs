@@ -247,8 +247,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                                 // product's rows would lie `hw` floats apart, a power of two
                                 // that maps them all to the same cache sets.
                                 let y = &mut s.y[..co * w];
-                                for (o, (row, &bias)) in y.chunks_mut(w).zip(self.b2).enumerate()
-                                {
+                                for (o, (row, &bias)) in y.chunks_mut(w).zip(self.b2).enumerate() {
                                     for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
                                         *v = r + bias;
                                     }

@@ -965,7 +965,13 @@ mod speed {
             let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
             let b = Tensor::randn(0f32, 1.0, o, &dev)?;
             let d = super::Dense::new(&wt, &b, 2, 1)?;
-            let run = || if gelu { d.forward_gelu(&x) } else { d.forward(&x) };
+            let run = || {
+                if gelu {
+                    d.forward_gelu(&x)
+                } else {
+                    d.forward(&x)
+                }
+            };
             run()?;
             let reps = 10;
             let t = std::time::Instant::now();
