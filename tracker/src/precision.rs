@@ -14,7 +14,7 @@ use std::str::FromStr;
 ///   backbone's stride-4/8 stages (in bf16 they moved prompted-frame masks below the bar,
 ///   IoU 0.9856), the decoder, norms, softmax and everything elementwise.
 ///   The mode's own tolerance: the binary masks keep an IoU >= 0.99 with the f32 path on every
-///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9923). On
+///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9907). On
 ///   other CPUs and devices it runs the f32 path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
