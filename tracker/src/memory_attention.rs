@@ -752,17 +752,15 @@ mod profile {
     use super::*;
     use candle_core::Device;
 
-    /// Wall time per part of one object's memory attention at 1024 (7 memories, 16 pointers):
-    /// `cargo test --release -p edgetam-tracker --lib memory_attention::profile -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn parts() -> Result<()> {
+    /// One object's inputs at 1024 (7 memories, 16 pointers), random weights; the bf16 mode's
+    /// products with `EDGETAM_PROFILE_BF16` set: the module, the frame tokens, two memory-shaped
+    /// inputs and their key layout.
+    fn setup() -> Result<(MemoryAttention, Tensor, Tensor, Tensor, KeyLayout)> {
         crate::allocator::keep_freed_memory();
         let dev = Device::Cpu;
         let cfg = EdgeTamConfig::default();
         let vb = crate::weights::random_var_builder(7, &dev);
         let mut att = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
-        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode's products.
         if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
             att.set_bf16_products(true)?;
         }
@@ -770,13 +768,22 @@ mod profile {
         let (n_mem, n_ptr) = (7, 16);
         let m = n_mem * 512 + n_ptr * 4;
         let x = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
-        let pos = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
-        let memory = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
-        let memory_pos = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let a = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
+        let b = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
         let layout = KeyLayout {
             num_excluded: n_ptr * 4,
             num_memories: n_mem,
         };
+        Ok((att, x, a, b, layout))
+    }
+
+    /// Wall time per part of one object's memory attention at 1024 (7 memories, 16 pointers):
+    /// `cargo test --release -p edgetam-tracker --lib memory_attention::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn parts() -> Result<()> {
+        let (att, x, memory, memory_pos, layout) = setup()?;
+        let pos = Tensor::randn(0f32, 1.0, x.dims(), x.device())?;
         let rope = (&att.query_rope, &att.key_rope);
         let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
         for round in 0..4 {
@@ -844,26 +851,8 @@ mod profile {
     #[test]
     #[ignore]
     fn frame_path() -> Result<()> {
-        crate::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let cfg = EdgeTamConfig::default();
-        let mut att = MemoryAttention::new(
-            &cfg,
-            crate::weights::random_var_builder(7, &dev).pp("memory_attention"),
-        )?;
-        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
-            att.set_bf16_products(true)?;
-        }
-        let (hw, c) = (att.query_rope.len(), att.hidden);
-        let (n_mem, n_ptr) = (7, 16);
-        let m = n_mem * 512 + n_ptr * 4;
-        let x = Tensor::randn(0f32, 1.0, (1, hw, c), &dev)?;
-        let memory = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
-        let key = Tensor::randn(0f32, 1.0, (1, m, att.memory_dim), &dev)?;
-        let layout = KeyLayout {
-            num_excluded: n_ptr * 4,
-            num_memories: n_mem,
-        };
+        let (att, x, memory, key, layout) = setup()?;
+        let dev = x.device().clone();
         let rope = (&att.query_rope, &att.key_rope);
         let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
         let rounds = 4;
