@@ -35,6 +35,24 @@ pub fn pin_default_threads() {
     }
 }
 
+/// Runs `f` inside a function compiled for AVX-512F when the CPU has it, else as it is. The
+/// worker threads run baseline x86-64 code; `f`'s loops (inlined into that function, so write
+/// them `#[inline(always)]`) then vectorize 16 floats wide. Only the vector width changes: with
+/// no fused multiply-adds in `f` the results are the same bits.
+#[inline(always)]
+pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if crate::gemm_f32::avx512() {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU supports AVX-512F (checked just above).
+        return unsafe { run(f) };
+    }
+    f()
+}
+
 /// Runs `work` on every task on up to `workers` threads (the caller's included), handing the
 /// tasks out one by one (the machine is shared, so a static split would leave cores idle), with
 /// per-worker scratch made by `scratch` (buffers reused across tasks).

@@ -9,7 +9,6 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Module, Result, Shape, T
 use candle_nn::{linear, Linear, VarBuilder};
 
 use crate::folded_attention::{FoldedHeads, FoldedQueries};
-use crate::gemm_f32::avx512;
 use crate::kernels::{f32_slice, threads};
 use crate::linear_bf16::SwitchLinear;
 
@@ -242,19 +241,7 @@ impl NormOp {
     /// AVX-512; its copy of the same loops (explicit f64 lanes, no contraction, so the same
     /// bits) runs 8 f64 lanes instead of SSE2's 2.
     fn row(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if avx512() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            unsafe { self.row_avx512(x, out, w, b) };
-            return;
-        }
-        self.row_body(x, out, w, b);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn row_avx512(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
-        self.row_body(x, out, w, b);
+        crate::kernels::wide(|| self.row_body(x, out, w, b));
     }
 
     #[inline(always)]
@@ -285,26 +272,7 @@ impl NormOp {
         mean: &mut [f32],
         den: &mut [f32],
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if avx512() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            unsafe { self.columns_avx512(x, stride, channels, mean, den) };
-            return;
-        }
-        self.columns_body(x, stride, channels, mean, den);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn columns_avx512(
-        &self,
-        x: &[f32],
-        stride: usize,
-        channels: usize,
-        mean: &mut [f32],
-        den: &mut [f32],
-    ) {
-        self.columns_body(x, stride, channels, mean, den);
+        crate::kernels::wide(|| self.columns_body(x, stride, channels, mean, den));
     }
 
     #[inline(always)]
@@ -441,46 +409,26 @@ impl CustomOp3 for NormOp {
 /// `out = (x - mean) / den * w + b` along one channel row of a channels-first norm (AVX-512
 /// where the CPU has it; the same operations, so the same bits).
 fn normalize_row(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-    #[inline(always)]
-    fn body(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-        for (((o, &v), &m), &d) in out.iter_mut().zip(x).zip(mean).zip(den) {
-            *o = (v - m) / d * w + b;
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn wide(out: &mut [f32], x: &[f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-        body(out, x, mean, den, w, b);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: the CPU supports AVX-512F (checked just above).
-        unsafe { wide(out, x, mean, den, w, b) };
-        return;
-    }
-    body(out, x, mean, den, w, b);
+    crate::kernels::wide(
+        #[inline(always)]
+        || {
+            for (((o, &v), &m), &d) in out.iter_mut().zip(x).zip(mean).zip(den) {
+                *o = (v - m) / d * w + b;
+            }
+        },
+    );
 }
 
 /// [`normalize_row`] with `out` as its own input.
 fn normalize_row_in_place(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-    #[inline(always)]
-    fn body(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-        for ((o, &m), &d) in row.iter_mut().zip(mean).zip(den) {
-            *o = (*o - m) / d * w + b;
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn wide(row: &mut [f32], mean: &[f32], den: &[f32], w: f32, b: f32) {
-        body(row, mean, den, w, b);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: the CPU supports AVX-512F (checked just above).
-        unsafe { wide(row, mean, den, w, b) };
-        return;
-    }
-    body(row, mean, den, w, b);
+    crate::kernels::wide(
+        #[inline(always)]
+        || {
+            for ((o, &m), &d) in row.iter_mut().zip(mean).zip(den) {
+                *o = (*o - m) / d * w + b;
+            }
+        },
+    );
 }
 
 /// A channels-first LayerNorm's parameters on the host ([`LayerNorm2d::host`]).
