@@ -241,24 +241,24 @@ impl NormOp {
     /// AVX-512; its copy of the same loops (explicit f64 lanes, no contraction, so the same
     /// bits) runs 8 f64 lanes instead of SSE2's 2.
     fn row(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
-        crate::kernels::wide(|| self.row_body(x, out, w, b));
-    }
-
-    #[inline(always)]
-    fn row_body(&self, x: &[f32], out: &mut [f32], w: &[f32], b: &[f32]) {
-        let n = x.len();
-        // The mean is rounded to f32 and subtracted in f32, as the tensor-op path does.
-        let mean = (sum_f64(x, f64::from) / n as f64) as f32;
-        let denom = self.denom(
-            sum_f64(x, |v| {
-                let d = f64::from(v - mean);
-                d * d
-            }),
-            n,
+        crate::kernels::wide(
+            #[inline(always)]
+            || {
+                let n = x.len();
+                // The mean is rounded to f32 and subtracted in f32, as the tensor-op path does.
+                let mean = (sum_f64(x, f64::from) / n as f64) as f32;
+                let denom = self.denom(
+                    sum_f64(x, |v| {
+                        let d = f64::from(v - mean);
+                        d * d
+                    }),
+                    n,
+                );
+                for (((o, &v), &wc), &bc) in out.iter_mut().zip(x).zip(w).zip(b) {
+                    *o = (v - mean) / denom * wc + bc;
+                }
+            },
         );
-        for (((o, &v), &wc), &bc) in out.iter_mut().zip(x).zip(w).zip(b) {
-            *o = (v - mean) / denom * wc + bc;
-        }
     }
 
     /// Mean and denominator of `n` adjacent columns of a `[channels, stride]` block starting at
@@ -272,42 +272,35 @@ impl NormOp {
         mean: &mut [f32],
         den: &mut [f32],
     ) {
-        crate::kernels::wide(|| self.columns_body(x, stride, channels, mean, den));
-    }
-
-    #[inline(always)]
-    fn columns_body(
-        &self,
-        x: &[f32],
-        stride: usize,
-        channels: usize,
-        mean: &mut [f32],
-        den: &mut [f32],
-    ) {
-        let n = mean.len();
-        let mut acc = vec![0f64; n];
-        for c in 0..channels {
-            for (a, &v) in acc.iter_mut().zip(&x[c * stride..c * stride + n]) {
-                *a += f64::from(v);
-            }
-        }
-        for (m, a) in mean.iter_mut().zip(&acc) {
-            *m = (a / channels as f64) as f32;
-        }
-        acc.iter_mut().for_each(|a| *a = 0.0);
-        for c in 0..channels {
-            for ((a, &v), &m) in acc
-                .iter_mut()
-                .zip(&x[c * stride..c * stride + n])
-                .zip(&*mean)
-            {
-                let d = f64::from(v - m);
-                *a += d * d;
-            }
-        }
-        for (d, a) in den.iter_mut().zip(&acc) {
-            *d = self.denom(*a, channels);
-        }
+        crate::kernels::wide(
+            #[inline(always)]
+            || {
+                let n = mean.len();
+                let mut acc = vec![0f64; n];
+                for c in 0..channels {
+                    for (a, &v) in acc.iter_mut().zip(&x[c * stride..c * stride + n]) {
+                        *a += f64::from(v);
+                    }
+                }
+                for (m, a) in mean.iter_mut().zip(&acc) {
+                    *m = (a / channels as f64) as f32;
+                }
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                for c in 0..channels {
+                    for ((a, &v), &m) in acc
+                        .iter_mut()
+                        .zip(&x[c * stride..c * stride + n])
+                        .zip(&*mean)
+                    {
+                        let d = f64::from(v - m);
+                        *a += d * d;
+                    }
+                }
+                for (d, a) in den.iter_mut().zip(&acc) {
+                    *d = self.denom(*a, channels);
+                }
+            },
+        );
     }
 }
 
