@@ -468,7 +468,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let runs = args.objects.len() * modes.len() * dtypes.len();
     eprintln!(
         "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} configuration(s) \
-         x ({} warm-up + {} measured frames)",
+         x ({} warm-up + {} measured frames)\ncpu: {}",
         if input.synthetic() {
             "synthetic"
         } else {
@@ -476,7 +476,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         },
         runs,
         args.warmup,
-        args.frames
+        args.frames,
+        CpuInfo::read().describe()
     );
     let progress = ProgressBar::new((runs * total) as u64);
     progress.set_style(
@@ -623,19 +624,98 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// The CPU model and core count, for the JSON report.
+/// What a result depends on beyond the model: the CPU (name, x86 family/model, the ISA the fast
+/// paths need) and the core count. "AMD EPYC" alone names several microarchitectures whose
+/// AVX-512 throughput differs by 2x (Zen 4 splits 512-bit ops in two, Zen 5 does not).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct CpuInfo {
+    name: String,
+    vendor: String,
+    family: Option<u32>,
+    model: Option<u32>,
+    /// Of `avx2`, `avx512f`, `avx512_bf16`, `amx_bf16`: the ones the CPU has.
+    isa: Vec<&'static str>,
+}
+
+impl CpuInfo {
+    /// Reads the first processor of a `/proc/cpuinfo` text.
+    fn parse(cpuinfo: &str) -> Self {
+        let field = |key: &str| {
+            cpuinfo
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let flags = field("flags").unwrap_or_default();
+        let flags: Vec<&str> = flags.split_whitespace().collect();
+        Self {
+            name: field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+            vendor: field("vendor_id").unwrap_or_default(),
+            family: field("cpu family").and_then(|v| v.parse().ok()),
+            model: field("model").and_then(|v| v.parse().ok()),
+            isa: ["avx2", "avx512f", "avx512_bf16", "amx_bf16"]
+                .into_iter()
+                .filter(|f| flags.contains(f))
+                .collect(),
+        }
+    }
+
+    fn read() -> Self {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .map(|s| Self::parse(&s))
+            .unwrap_or_else(|_| Self {
+                name: std::env::consts::ARCH.to_string(),
+                ..Self::default()
+            })
+    }
+
+    /// AMD's Zen generation from the family/model numbers (`None` for other CPUs).
+    fn microarchitecture(&self) -> Option<&'static str> {
+        if self.vendor != "AuthenticAMD" {
+            return None;
+        }
+        match (self.family?, self.model?) {
+            (26, _) => Some("Zen 5"),
+            (25, 0x10..=0x1f | 0x60..=0xaf) => Some("Zen 4"),
+            (25, _) => Some("Zen 3"),
+            (23, _) => Some("Zen 1/2"),
+            _ => None,
+        }
+    }
+
+    /// One line for the report header, e.g. `AMD EPYC (Zen 5, family 26 model 2; avx512f ...)`.
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(u) = self.microarchitecture() {
+            parts.push(u.to_string());
+        }
+        if let (Some(f), Some(m)) = (self.family, self.model) {
+            parts.push(format!("family {f} model {m}"));
+        }
+        let mut s = self.name.clone();
+        if !parts.is_empty() || !self.isa.is_empty() {
+            s.push_str(&format!(" ({}; {})", parts.join(", "), self.isa.join(" ")));
+        }
+        s
+    }
+}
+
+/// The CPU and core count, for the JSON report.
 fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cpu = CpuInfo::read();
     let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
-    serde_json::json!({ "cpu": cpu, "logical_cpus": logical, "implementation": "edgetam-rs" })
+    serde_json::json!({
+        "cpu": cpu.name,
+        "cpu_description": cpu.describe(),
+        "cpu_family": cpu.family,
+        "cpu_model": cpu.model,
+        "microarchitecture": cpu.microarchitecture(),
+        "isa": cpu.isa,
+        "logical_cpus": logical,
+        "implementation": "edgetam-rs",
+    })
 }
 
 fn mode_name(ahead: bool) -> &'static str {
@@ -783,6 +863,27 @@ fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_info_reads_the_first_processor() {
+        let text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n\
+                    model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n\
+                    processor\t: 1\nmodel name\t: other\n";
+        let cpu = CpuInfo::parse(text);
+        assert_eq!(cpu.name, "AMD EPYC");
+        assert_eq!((cpu.family, cpu.model), (Some(26), Some(2)));
+        assert_eq!(cpu.isa, ["avx2", "avx512f", "avx512_bf16"]);
+        assert_eq!(cpu.microarchitecture(), Some("Zen 5"));
+        assert_eq!(
+            cpu.describe(),
+            "AMD EPYC (Zen 5, family 26 model 2; avx2 avx512f avx512_bf16)"
+        );
+        let zen4 = CpuInfo::parse("vendor_id : AuthenticAMD\ncpu family : 25\nmodel : 17\n");
+        assert_eq!(zen4.microarchitecture(), Some("Zen 4"));
+        let intel = CpuInfo::parse("vendor_id : GenuineIntel\ncpu family : 6\nmodel : 143\n");
+        assert_eq!(intel.microarchitecture(), None);
+        assert_eq!(CpuInfo::parse("").family, None);
+    }
 
     #[test]
     fn synthetic_frames_match_the_reference_formula() {

@@ -75,12 +75,23 @@ def load(paths: list[Path]) -> tuple[dict[tuple, dict[str, float]], dict[tuple, 
     return combined, macs, {k: max(v) for k, v in peaks.items()}, docs
 
 
+def end_to_end_by_round(docs: list[dict]) -> dict[tuple, list[float]]:
+    """Per configuration: each file's (round's) median end-to-end time, in file order."""
+    out: dict[tuple, list[float]] = {}
+    for doc in docs:
+        for c in doc.get("configs", []):
+            t = medians(c).get("end_to_end_ms")
+            if t:
+                out.setdefault(config_key(c), []).append(t)
+    return out
+
+
 def describe(docs: list[dict]) -> str:
     if not docs:
         return "-"
     d = docs[0]
     m = d.get("machine", {})
-    cpu = m.get("cpu", "?") if isinstance(m, dict) else str(m)
+    cpu = (m.get("cpu_description") or m.get("cpu", "?")) if isinstance(m, dict) else str(m)
     return f"{len(docs)} file(s), threads {d.get('threads', '?')}, size {d.get('size', '?')}, {cpu}"
 
 
@@ -126,6 +137,22 @@ def main() -> None:
             print(line)
         if mine.get("end_to_end_ms") and theirs.get("end_to_end_ms"):
             print(f"{'fps':<18}{1e3 / mine['end_to_end_ms']:>10.2f}{1e3 / theirs['end_to_end_ms']:>11.2f}")
+    # Round by round: noise hits single rounds, so also the least favourable pairing (our slowest
+    # round against the reference's fastest).
+    ours_rounds, ref_rounds = end_to_end_by_round(ours_docs), end_to_end_by_round(ref_docs)
+    ref_rounds = {k[0]: v for k, v in ref_rounds.items()}
+    if any(len(v) > 1 for v in ours_rounds.values()):
+        print("\nend to end per round (ms; ratio reference / ours, paired by round; least favourable: "
+              "our slowest round against the reference's fastest)")
+        for key in sorted(ours_rounds):
+            mine, theirs = ours_rounds[key], ref_rounds.get(key[0], [])
+            if not theirs:
+                continue
+            paired = " / ".join(f"{r / o:.2f}x" for o, r in zip(mine, theirs))
+            print(f"{key[0]} object(s) encoder_ahead={key[1]} {key[2]:<5} ours "
+                  + " / ".join(f"{o:.1f}" for o in mine) + "  reference "
+                  + " / ".join(f"{r:.1f}" for r in theirs)
+                  + f"  ratios {paired}  least favourable {min(theirs) / max(mine):.2f}x")
     rss = [max((d.get("peak_rss_mib") or 0.0) for d in docs) for docs in (ours_docs, ref_docs)]
     if all(rss):
         print(f"\npeak RSS (MiB, whole run): ours {rss[0]:.0f}, reference {rss[1]:.0f}")

@@ -204,18 +204,43 @@ def matmul_peak(device: str, reps: int = 5) -> dict[str, float]:
     return out
 
 
-def machine_info(device: str, threads: int) -> dict:
-    cpu = platform.processor()
+def cpu_info() -> dict:
+    """The first processor of /proc/cpuinfo: name, x86 family/model, the ISA the fast paths need
+    (the same fields as `edgetam bench`'s JSON): "AMD EPYC" alone names several
+    microarchitectures whose AVX-512 throughput differs by 2x."""
+    fields = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            if not line.strip():
                 break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    info = {"cpu": cpu, "logical_cpus": os.cpu_count(), "system": platform.platform(),
-            "implementation": "transformers EdgeTamVideoModel", "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "threads_requested": threads}
+    name = fields.get("model name") or platform.processor()
+    family = int(fields["cpu family"]) if fields.get("cpu family", "").isdigit() else None
+    model = int(fields["model"]) if fields.get("model", "").isdigit() else None
+    flags = fields.get("flags", "").split()
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    uarch = None
+    if fields.get("vendor_id") == "AuthenticAMD" and family is not None and model is not None:
+        if family == 26:
+            uarch = "Zen 5"
+        elif family == 25:
+            uarch = "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0xAF else "Zen 3"
+        elif family == 23:
+            uarch = "Zen 1/2"
+    parts = ([uarch] if uarch else []) + ([f"family {family} model {model}"] if family is not None else [])
+    desc = name + (f" ({', '.join(parts)}; {' '.join(isa)})" if parts or isa else "")
+    return {"cpu": name, "cpu_description": desc, "cpu_family": family, "cpu_model": model,
+            "microarchitecture": uarch, "isa": isa}
+
+
+def machine_info(device: str, threads: int) -> dict:
+    info = cpu_info()
+    info.update({"logical_cpus": os.cpu_count(), "system": platform.platform(),
+                 "implementation": "transformers EdgeTamVideoModel", "torch": torch.__version__,
+                 "torch_threads": torch.get_num_threads(), "threads_requested": threads})
     if device == "cuda":
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
