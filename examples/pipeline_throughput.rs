@@ -62,6 +62,9 @@ fn ms(d: std::time::Duration) -> f64 {
 }
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: pipeline_throughput (MODEL_DIR | --random) [FRAMES] [SIZE]");

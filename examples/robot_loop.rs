@@ -30,6 +30,9 @@ fn camera_frame(t: usize) -> Vec<u8> {
 }
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: robot_loop (MODEL_DIR | --random) [SECONDS] [--encoder-ahead]");

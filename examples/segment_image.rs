@@ -10,6 +10,9 @@ use candle_core::Device;
 use edgetam::tracker::{model::mask_area_and_box, EdgeTam, EdgeTamConfig, MultimaskMode, Prompt};
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() != 6 {
         bail!("usage: segment_image (MODEL_DIR | --random) IMAGE X0 Y0 X1 Y1");

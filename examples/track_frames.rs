@@ -38,6 +38,9 @@ fn list_images(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [model_arg, frames_dir, out_dir, bbox] = args.as_slice() else {
         bail!("usage: track_frames (MODEL_DIR | --random) FRAMES_DIR OUT_DIR x0,y0,x1,y1");

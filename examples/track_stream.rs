@@ -45,6 +45,9 @@ fn rss_mb() -> u64 {
 }
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: track_stream (MODEL_DIR | --random) [FRAMES] [OBJECTS]");

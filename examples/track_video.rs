@@ -42,6 +42,9 @@ fn overlay(mat: &Mat, objects: &[edgetam::tracker::ObjectResult]) -> Result<Mat>
 }
 
 fn main() -> Result<()> {
+    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    edgetam::pin_default_threads();
+    edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (model_arg, source, out_path, bbox) = match args.as_slice() {
         [m, s, o, b] | [m, s, o, b, _] => (m, s, o, b),

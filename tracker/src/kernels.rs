@@ -23,15 +23,37 @@ pub(crate) fn threads() -> usize {
         .max(1)
 }
 
-/// Sets `RAYON_NUM_THREADS` to the detected core count when it is unset, so that candle's matrix
-/// products stop re-detecting it (reading `/proc/cpuinfo`) on every call: about 1 % of a
-/// tracked frame at 1024 (`edgetam bench` without `--threads`, alternating binaries: 827 vs 816
-/// ms over 3 pairs). Call it at the start of `main`, before any thread exists (the environment is
-/// process-wide and not safe to change while other threads read it).
+/// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
+/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` says otherwise: about 25 us here, enough to catch
+/// back-to-back ops. candle 0.11's default, 25,000 (about 0.6 ms after *every* large
+/// elementwise op), kept a core busy spinning beside our kernels' workers: with as many threads
+/// as cores that was 9-10 % of a tracked frame (`edgetam bench --dtype bf16`, 1 object, 2
+/// threads, alternating: 321 / 345 / 339 ms at 25,000 against 291 / 313 / 296 ms at 200; 0, 20,
+/// 200 and 2,000 all within noise of each other).
+pub const CANDLE_SPIN_LIMIT: u32 = 1000;
+
+/// Process-wide settings of the compute threads, for the start of `main` (before any thread
+/// exists: the environment is process-wide and not safe to change while other threads read it).
+/// Each applies only when its variable is unset, so the user's environment wins:
+///
+/// * `RAYON_NUM_THREADS` := the detected core count, so that candle's matrix products stop
+///   re-detecting it (reading `/proc/cpuinfo`) on every call: about 1 % of a tracked frame at
+///   1024 (`edgetam bench` without `--threads`, alternating binaries: 827 vs 816 ms over 3
+///   pairs).
+/// * `CANDLE_BARRIER_POOL_SPIN_LIMIT` := [`CANDLE_SPIN_LIMIT`]: candle runs elementwise ops of
+///   64 Ki values and more on a pool of its own whose idle threads otherwise spin for ~0.6 ms
+///   after each op, taking a core from the kernels' workers (9-10 % of a frame on 2 cores). The
+///   pool reads it once, when candle first uses it.
 pub fn pin_default_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         let n = candle_core::utils::get_num_threads().max(1);
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+        std::env::set_var(
+            "CANDLE_BARRIER_POOL_SPIN_LIMIT",
+            CANDLE_SPIN_LIMIT.to_string(),
+        );
     }
 }
 
