@@ -233,6 +233,161 @@ fn f32_cpu(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == DType::F32
 }
 
+/// Below this many output values [`add`] leaves the sum to candle, which adds small tensors
+/// on the calling thread (its own pool starts at 64 Ki values).
+const ADD_MIN_PARALLEL: usize = 1 << 16;
+/// Output values per task of [`add`] (128 KiB: two inputs and the output stay in L2).
+const ADD_CHUNK: usize = 1 << 15;
+
+/// `a + b` with broadcasting, as `a.broadcast_add(b)`, bit for bit. Large f32 sums on the CPU
+/// run on the kernels' workers when each operand is contiguous, or, for `[N, C, H, W]`, holds
+/// whole `H x W` planes or one value per plane (a batch-1 map against `B` rows, a per-channel
+/// embedding). candle runs elementwise ops of 64 Ki values and more on a thread pool of its
+/// own, whose thread must be woken and scheduled beside the kernels' workers for every op: with
+/// as many threads as cores the mask decoder, whose image-sized sums are such ops, ran no
+/// faster on 2 threads than on 1.
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let shape = a.shape().broadcast_shape_binary_op(b.shape(), "add")?;
+    let (wide_a, wide_b) = (a.broadcast_as(&shape)?, b.broadcast_as(&shape)?);
+    if add_on_workers(&wide_a, &wide_b) {
+        return wide_a.apply_op2_no_bwd(&wide_b, &Add);
+    }
+    a.broadcast_add(b)
+}
+
+/// Whether [`add`] sums these two operands (of one shape) on the kernels' workers.
+fn add_on_workers(a: &Tensor, b: &Tensor) -> bool {
+    f32_cpu(a)
+        && f32_cpu(b)
+        && a.elem_count() >= ADD_MIN_PARALLEL
+        && ((a.is_contiguous() && b.is_contiguous())
+            || (PlaneOperand::of(a.layout()).is_some() && PlaneOperand::of(b.layout()).is_some()))
+}
+
+/// One operand of a planar [`add`]: per `(n, c)` plane, a whole contiguous `H x W` plane or a
+/// single value.
+#[derive(Debug, Clone, Copy)]
+struct PlaneOperand {
+    start: usize,
+    batch_stride: usize,
+    channel_stride: usize,
+    /// `H x W` values per plane (`false`: one value broadcast over the plane).
+    whole_plane: bool,
+}
+
+impl PlaneOperand {
+    fn of(layout: &Layout) -> Option<Self> {
+        let (dims, strides) = (layout.dims(), layout.stride());
+        let (&[_, _, _, w], &[sn, sc, sh, sw]) = (dims, strides) else {
+            return None;
+        };
+        let whole_plane = match (sh, sw) {
+            (0, 0) => false,
+            (h, 1) if h == w => true,
+            _ => return None,
+        };
+        Some(Self {
+            start: layout.start_offset(),
+            batch_stride: sn,
+            channel_stride: sc,
+            whole_plane,
+        })
+    }
+}
+
+struct Add;
+
+impl CustomOp2 for Add {
+    fn name(&self) -> &'static str {
+        "add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let shape = l1.shape().clone();
+        if l2.shape() != &shape {
+            candle_core::bail!("add: shapes {:?} and {:?} differ", l1.dims(), l2.dims());
+        }
+        let len = shape.elem_count();
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        if let (Ok(a), Ok(b)) = (f32_slice(s1, l1, "add"), f32_slice(s2, l2, "add")) {
+            let tasks: Vec<_> = out.spare_capacity_mut()[..len]
+                .chunks_mut(ADD_CHUNK)
+                .enumerate()
+                .collect();
+            run_tasks_with(
+                tasks,
+                threads(),
+                || (),
+                |_, (i, o)| {
+                    let at = i * ADD_CHUNK;
+                    for ((o, x), y) in o.iter_mut().zip(&a[at..]).zip(&b[at..]) {
+                        o.write(x + y);
+                    }
+                },
+            );
+        } else {
+            let (CpuStorage::F32(a), CpuStorage::F32(b)) = (s1, s2) else {
+                candle_core::bail!("add: operands must be f32");
+            };
+            let (Some(pa), Some(pb)) = (PlaneOperand::of(l1), PlaneOperand::of(l2)) else {
+                candle_core::bail!("add: operands must be contiguous or planar");
+            };
+            let (_, c, h, w) = shape.dims4()?;
+            let plane = h * w;
+            let per_task = (ADD_CHUNK / plane.max(1)).max(1);
+            let tasks: Vec<_> = out.spare_capacity_mut()[..len]
+                .chunks_mut(per_task * plane.max(1))
+                .enumerate()
+                .collect();
+            run_tasks_with(
+                tasks,
+                threads(),
+                || (),
+                |_, (t, o)| {
+                    for (j, o) in o.chunks_mut(plane.max(1)).enumerate() {
+                        let p = t * per_task + j;
+                        let (n, ch) = (p / c, p % c);
+                        let at = |op: &PlaneOperand| {
+                            op.start + n * op.batch_stride + ch * op.channel_stride
+                        };
+                        let (ia, ib) = (at(&pa), at(&pb));
+                        match (pa.whole_plane, pb.whole_plane) {
+                            (true, true) => {
+                                for ((o, x), y) in o.iter_mut().zip(&a[ia..]).zip(&b[ib..]) {
+                                    o.write(x + y);
+                                }
+                            }
+                            (true, false) => {
+                                let y = b[ib];
+                                for (o, x) in o.iter_mut().zip(&a[ia..]) {
+                                    o.write(x + y);
+                                }
+                            }
+                            (false, true) => {
+                                let x = a[ia];
+                                for (o, y) in o.iter_mut().zip(&b[ib..]) {
+                                    o.write(x + y);
+                                }
+                            }
+                            (false, false) => o.fill(std::mem::MaybeUninit::new(a[ia] + b[ib])),
+                        }
+                    }
+                },
+            );
+        }
+        // SAFETY: the tasks cover `0..len` and wrote every element; `run_tasks_with` returns
+        // only after every task ran (a panicking task propagates before this line).
+        unsafe { out.set_len(len) };
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
 /// `[N, A, B, D]` -> contiguous `[N, B, A, D]`: the attention head split (`A` tokens, `B`
 /// heads) and merge (`A` heads, `B` tokens). candle's strided copy moves one element at a time
 /// (~3 ns each: ~1.5 ms per 4096-token projection in the decoder); here whole `D`-float rows move
@@ -397,6 +552,48 @@ impl CustomOp2 for Interleave {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    /// Every path of [`add`] (contiguous, planar with whole and one-value planes, candle's for
+    /// other layouts and small sums) against `broadcast_add`, bit for bit.
+    #[test]
+    fn add_matches_broadcast_add() -> Result<()> {
+        let dev = Device::Cpu;
+        let r = |d: &[usize]| Tensor::randn(0f32, 1.0, d, &dev);
+        let image = r(&[1, 256, 64, 64])?;
+        let rows = r(&[3, 256, 64, 64])?;
+        let channel = r(&[256])?.reshape((1, 256, 1, 1))?;
+        let cases = [
+            (r(&[1, 4096, 256])?, r(&[1, 4096, 256])?),
+            (image.clone(), r(&[1, 256, 64, 64])?),
+            (image.clone(), rows.clone()),
+            (rows.clone(), image.clone()),
+            (image.clone(), channel.broadcast_as((3, 256, 64, 64))?),
+            (channel.clone(), rows.clone()),
+            (rows.narrow(1, 3, 200)?, r(&[3, 200, 64, 64])?),
+            (image.transpose(2, 3)?, image.clone()),
+            (r(&[2, 300, 7])?, r(&[1, 300, 7])?),
+            (r(&[4, 100])?, r(&[4, 100])?),
+        ];
+        for (i, (a, b)) in cases.iter().enumerate() {
+            // The first seven take the workers' paths, the rest candle's.
+            let shape = a.shape().broadcast_shape_binary_op(b.shape(), "add")?;
+            let on_workers = add_on_workers(&a.broadcast_as(&shape)?, &b.broadcast_as(&shape)?);
+            assert_eq!(on_workers, i < 7, "case {i}");
+            let ours = add(a, b)?;
+            let theirs = a.broadcast_add(b)?;
+            assert_eq!(ours.dims(), theirs.dims(), "case {i}");
+            let (x, y) = (
+                ours.flatten_all()?.to_vec1::<f32>()?,
+                theirs.flatten_all()?.to_vec1::<f32>()?,
+            );
+            assert!(
+                x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "case {i}"
+            );
+        }
+        assert!(add(&r(&[2, 3])?, &r(&[4, 3])?).is_err());
+        Ok(())
+    }
 
     #[test]
     fn axis_swap_matches_transpose() -> Result<()> {

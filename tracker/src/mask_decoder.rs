@@ -148,7 +148,7 @@ impl MaskDecoder {
         }
         let bp = b * p;
         let image = expand_rows(
-            &image_embed.broadcast_add(dense)?,
+            &crate::kernels::add(image_embed, dense)?,
             b,
             p,
             &[c, e, e],

@@ -387,10 +387,8 @@ impl MemoryEncoder {
     /// [`Self::fuse`] then the projection's convolution, with the last fuser block folded into
     /// the projection ([`ProjectedTail`]) where the fused CPU MLP applies.
     fn fuse_and_project(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
-        let mut x = self
-            .feature_projection
-            .forward(pix_feat)?
-            .broadcast_add(mask_features)?;
+        let mut x =
+            crate::kernels::add(&self.feature_projection.forward(pix_feat)?, mask_features)?;
         let Some((last, rest)) = self.fuser.split_last() else {
             return Ok(self.projection.forward(&x)?);
         };
@@ -423,10 +421,8 @@ impl MemoryEncoder {
     /// `pix_feat` may be one row for all `B` masks: it is projected once (the objects of a
     /// frame share it) and broadcast.
     pub fn fuse(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
-        let mut x = self
-            .feature_projection
-            .forward(pix_feat)?
-            .broadcast_add(mask_features)?;
+        let mut x =
+            crate::kernels::add(&self.feature_projection.forward(pix_feat)?, mask_features)?;
         for block in &self.fuser {
             x = block.forward(&x)?;
         }

@@ -428,7 +428,7 @@ impl EdgeTam {
         let features = self.image_encoder.forward(pixels)?;
         let level2 = &features.level2;
         let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
-        let embed = level2.broadcast_add(&no_mem)?;
+        let embed = crate::kernels::add(level2, &no_mem)?;
         Ok(ImageEmbedding {
             features,
             embed,

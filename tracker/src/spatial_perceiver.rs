@@ -286,7 +286,11 @@ impl SpatialPerceiver {
             let (k, v) = layer.project_input(&tokens)?;
             if let (Some(lat), Some(pos)) = (&lat1, &heads_pos) {
                 // 1-D: the memory position on the projected keys and values.
-                lat1 = Some(layer.forward(lat, &(&k + pos)?, &(&v + pos)?)?);
+                lat1 = Some(layer.forward(
+                    lat,
+                    &crate::kernels::add(&k, pos)?,
+                    &crate::kernels::add(&v, pos)?,
+                )?);
             }
             if let Some(lat) = &lat2 {
                 lat2 =

@@ -84,7 +84,7 @@ impl TwoWayBlock {
         let queries = self.norm1.forward(&queries)?;
 
         let q = (&queries + query_pe)?;
-        let k = (keys + key_pe)?;
+        let k = crate::kernels::add(keys, key_pe)?;
         let attn = self.cross_token_to_image.forward(&q, &k, keys)?;
         let queries = self.norm2.forward(&(queries + attn)?)?;
 
@@ -93,7 +93,7 @@ impl TwoWayBlock {
 
         let q = (&queries + query_pe)?;
         let attn = self.cross_image_to_token.forward(&k, &q, &queries)?;
-        let keys = self.norm4.forward(&(keys + attn)?)?;
+        let keys = self.norm4.forward(&crate::kernels::add(keys, &attn)?)?;
         Ok((queries, keys))
     }
 }
@@ -145,7 +145,7 @@ impl TwoWayTransformer {
             keys = k;
         }
         let q = (&queries + tokens)?;
-        let k = (&keys + &key_pe)?;
+        let k = crate::kernels::add(&keys, &key_pe)?;
         let attn = self.final_attn_token_to_image.forward(&q, &k, &keys)?;
         let queries = self.norm_final.forward(&(queries + attn)?)?;
         Ok((queries, keys))
