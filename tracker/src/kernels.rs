@@ -24,10 +24,10 @@ pub(crate) fn threads() -> usize {
 }
 
 /// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
-/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` says otherwise: about 25 us here, enough to catch
+/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` says otherwise: tens of microseconds, enough to catch
 /// back-to-back ops. candle 0.11's default, 25,000 (about 0.6 ms after *every* large
 /// elementwise op), kept a core busy spinning beside our kernels' workers: with as many threads
-/// as cores that was 9-10 % of a tracked frame (`edgetam bench --dtype bf16`, 1 object, 2
+/// as cores that was 8-10 % of a tracked frame (`edgetam bench --dtype bf16`, 1 object, 2
 /// threads, alternating: 321 / 345 / 339 ms at 25,000 against 291 / 313 / 296 ms at 200; 0, 20,
 /// 200 and 2,000 all within noise of each other).
 pub const CANDLE_SPIN_LIMIT: u32 = 1000;
@@ -42,7 +42,7 @@ pub const CANDLE_SPIN_LIMIT: u32 = 1000;
 ///   pairs).
 /// * `CANDLE_BARRIER_POOL_SPIN_LIMIT` := [`CANDLE_SPIN_LIMIT`]: candle runs elementwise ops of
 ///   64 Ki values and more on a pool of its own whose idle threads otherwise spin for ~0.6 ms
-///   after each op, taking a core from the kernels' workers (9-10 % of a frame on 2 cores). The
+///   after each op, taking a core from the kernels' workers (8-10 % of a frame on 2 cores). The
 ///   pool reads it once, when candle first uses it.
 pub fn pin_default_threads() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
@@ -283,7 +283,7 @@ impl PlaneOperand {
         };
         let whole_plane = match (sh, sw) {
             (0, 0) => false,
-            (h, 1) if h == w => true,
+            (row, 1) if row == w => true,
             _ => return None,
         };
         Some(Self {
