@@ -327,16 +327,7 @@ mod tests {
         let attn = Attention::new(256, 8, 2, random_var_builder(9, &dev))?;
         let tokens = Tensor::randn(0f32, 1.0, (1, 7, 256), &dev)?;
         let image = Tensor::randn(0f32, 1.0, (1, 4096, 256), &dev)?;
-        let time = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
-            let mut t = Vec::new();
-            for _ in 0..21 {
-                let t0 = std::time::Instant::now();
-                f()?;
-                t.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            t.sort_by(|a, b| a.total_cmp(b));
-            Ok(t[10])
-        };
+        let time = |f: &dyn Fn() -> Result<Tensor>| crate::timings::measure::median_ms(21, f);
         let folded = time(&|| attn.forward(&tokens, &image, &image))?;
         let unfolded = time(&|| attn.forward_unfolded(&tokens, &image, &image))?;
         println!("token->image: folded {folded:.2} ms, unfolded {unfolded:.2} ms");

@@ -864,12 +864,7 @@ mod speed {
         let x = Tensor::randn(0f32, 1.0, (1, 4096, 256), &dev)?;
         let m = Tensor::randn(0f32, 1.0, (1, 4, 512, 512), &dev)?;
         let time = |name: &str, f: &dyn Fn() -> candle_core::Result<Tensor>| {
-            f()?;
-            let t = std::time::Instant::now();
-            for _ in 0..50 {
-                f()?;
-            }
-            println!("{name}: {:.3} ms", t.elapsed().as_secs_f64() * 20.0);
+            println!("{name}: {:.3} ms", crate::timings::measure::mean_ms(50, f)?);
             candle_core::Result::Ok(())
         };
         time("tokens 4096 x 256", &|| tokens.forward(&x))?;

@@ -72,3 +72,37 @@ pub(crate) fn timed<T>(slot: &mut Duration, f: impl FnOnce() -> T) -> T {
     *slot += start.elapsed();
     out
 }
+
+/// Wall-time helpers shared by the crate's ignored speed and profile tests.
+#[cfg(test)]
+pub(crate) mod measure {
+    use std::time::Instant;
+
+    /// Mean milliseconds per call of `f` over `reps` calls, after one untimed warm-up call.
+    pub(crate) fn mean_ms<T, E>(
+        reps: usize,
+        mut f: impl FnMut() -> Result<T, E>,
+    ) -> Result<f64, E> {
+        f()?;
+        let start = Instant::now();
+        for _ in 0..reps {
+            f()?;
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e3 / reps.max(1) as f64)
+    }
+
+    /// Median milliseconds of `reps` timed calls of `f` (no warm-up: the median drops it).
+    pub(crate) fn median_ms<T, E>(
+        reps: usize,
+        mut f: impl FnMut() -> Result<T, E>,
+    ) -> Result<f64, E> {
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let start = Instant::now();
+            f()?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        Ok(times[times.len() / 2])
+    }
+}

@@ -377,14 +377,8 @@ mod speed {
                 .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))
         };
         run()?;
-        let mut times = Vec::new();
-        for _ in 0..15 {
-            let t = std::time::Instant::now();
-            run()?;
-            times.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        println!("both upscales: median {:.2} ms", times[7]);
+        let median = crate::timings::measure::median_ms(15, run)?;
+        println!("both upscales: median {median:.2} ms");
         Ok(())
     }
 }

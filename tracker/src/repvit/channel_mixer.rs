@@ -529,13 +529,7 @@ mod speed {
             conv1.set_bf16(bf16);
             conv2.set_bf16(bf16);
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
-            let reps = 10;
-            let _ = conv1.channel_mixer(&conv2, &x)?;
-            let t = std::time::Instant::now();
-            for _ in 0..reps {
-                let _ = conv1.channel_mixer(&conv2, &x)?;
-            }
-            let s = t.elapsed().as_secs_f64() / reps as f64;
+            let s = crate::timings::measure::mean_ms(10, || conv1.channel_mixer(&conv2, &x))? / 1e3;
             let flop = 2.0 * 2.0 * (c * hid * side * side) as f64;
             println!(
                 "c {c:3} hid {hid:4} {side}x{side} {}: {:.2} ms, {:.0} GFLOP/s",

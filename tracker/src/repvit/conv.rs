@@ -972,13 +972,7 @@ mod speed {
                     d.forward(&x)
                 }
             };
-            run()?;
-            let reps = 10;
-            let t = std::time::Instant::now();
-            for _ in 0..reps {
-                run()?;
-            }
-            let s = t.elapsed().as_secs_f64() / reps as f64;
+            let s = crate::timings::measure::mean_ms(10, run)? / 1e3;
             let mac = (o * c * 9 * side * side / 4) as f64;
             println!(
                 "{c:3} -> {o:3} at {side}: {:.2} ms, {:.0} GFLOP/s",

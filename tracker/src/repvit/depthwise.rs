@@ -545,15 +545,9 @@ mod speed {
                 1,
                 k / 2,
             )?;
-            let _ = dw.forward(&x)?;
-            let reps = 20;
-            let t = std::time::Instant::now();
-            for _ in 0..reps {
-                let _ = dw.forward(&x)?;
-            }
             println!(
                 "{k}x{k} depthwise, {c} x {side}x{side}: {:.2} ms",
-                t.elapsed().as_secs_f64() * 1e3 / reps as f64
+                crate::timings::measure::mean_ms(20, || dw.forward(&x))?
             );
         }
         Ok(())

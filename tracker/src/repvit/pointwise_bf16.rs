@@ -354,12 +354,7 @@ mod speed {
         for bf16 in [false, true] {
             let mut conv = Pointwise::new(&wt, &b)?;
             conv.set_bf16(bf16);
-            conv.forward(&x)?;
-            let t = std::time::Instant::now();
-            for _ in 0..20 {
-                conv.forward(&x)?;
-            }
-            let s = t.elapsed().as_secs_f64() / 20.0;
+            let s = crate::timings::measure::mean_ms(20, || conv.forward(&x))? / 1e3;
             println!(
                 "256 -> 256 at 64x64, bf16 {bf16}: {:.2} ms, {:.0} GFLOP/s",
                 s * 1e3,
