@@ -23,6 +23,22 @@ fn edgetam_threads() -> usize {
         .unwrap_or(0)
 }
 
+/// [`edgetam_threads`] once it stops changing: a joined thread can still be listed in
+/// `/proc/self/task` for a moment (the kernel wakes `pthread_join` before it removes the task),
+/// so a count taken right after a state change may include threads that are already gone.
+fn settled_edgetam_threads() -> usize {
+    let mut last = edgetam_threads();
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let now = edgetam_threads();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 #[test]
 fn repeated_state_cycles_leak_nothing() {
     init();
@@ -38,7 +54,7 @@ fn repeated_state_cycles_leak_nothing() {
     // appsrc through its action signals (no gstreamer-app dependency).
     let src = pipeline.by_name("src").expect("appsrc");
     let track = pipeline.by_name("track").expect("track");
-    let mut baseline = edgetam_threads();
+    let mut baseline = settled_edgetam_threads();
     for cycle in 0..4 {
         pipeline.set_state(gst::State::Playing).expect("playing");
         let mut buf = gst::Buffer::from_slice(frame.clone());
@@ -58,17 +74,18 @@ fn repeated_state_cycles_leak_nothing() {
             .expect("EOS in time");
         assert_eq!(msg.type_(), gst::MessageType::Eos, "cycle {cycle}: {msg:?}");
         if cycle > 0 {
+            let now = edgetam_threads();
             assert!(
-                edgetam_threads() > baseline,
-                "cycle {cycle}: the worker runs"
+                now > baseline,
+                "cycle {cycle}: the worker runs ({now} vs {baseline})"
             );
         }
         pipeline.set_state(gst::State::Null).expect("null");
         if cycle == 0 {
-            baseline = edgetam_threads();
+            baseline = settled_edgetam_threads();
         }
         assert_eq!(
-            edgetam_threads(),
+            settled_edgetam_threads(),
             baseline,
             "cycle {cycle}: threads left behind"
         );
