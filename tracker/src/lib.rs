@@ -1,61 +1,75 @@
-//! EdgeTAM on candle: the model, one module per stage, and per-stream tracking state
-//! ([`Tracker`]).
+//! EdgeTAM on candle: the model and per-stream tracking state ([`Tracker`]).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use edgetam_tracker::{EdgeTam, Prompt, Tracker};
+//!
+//! # fn main() -> edgetam_tracker::Result<()> {
+//! let model = Arc::new(EdgeTam::load("/models/edgetam", &candle_core::Device::Cpu)?);
+//! let mut tracker = Tracker::new(model);
+//! tracker.add_prompt(1, 0, Prompt::from_box(40.0, 50.0, 85.0, 90.0))?;
+//! let (w, h) = (320, 240);
+//! let rgb = vec![0u8; w * h * 3];
+//! let result = tracker.track(&rgb, w, h)?;
+//! for o in &result.objects {
+//!     println!("object {} visible {} box {:?}", o.id, o.visible, o.bbox);
+//! }
+//! # Ok(()) }
+//! ```
 //!
 //! Every stage is checked against transformers' `EdgeTamVideoModel` on deterministic random
-//! weights (see `tools/reference/` and the tests). Functions take the [`candle_core::Device`]
-//! their tensors live on, so the CPU and CUDA paths share this code.
+//! weights (see `tools/reference/` and the tests). The source follows a frame's data flow:
+//! `frame/` (pixel layouts, preprocessing, mask post-processing), `model/` (one file per stage),
+//! `tracking/` (the [`Tracker`] and one object's step), `kernels/` (crate-private CPU and CUDA
+//! kernels), `instrument/` (timings, counted work); `checks/` (feature `checks`) replays the
+//! reference fixtures. ARCHITECTURE.md at the repository root maps every file.
 
-pub mod allocator;
-pub mod attention;
-pub mod attention_bf16;
+mod device;
+mod error;
+mod frame;
+mod instrument;
+mod kernels;
+mod model;
+mod tracking;
+
+/// Stage-by-stage checks against the reference fixtures (what the parity tests and
+/// `edgetam check` run).
+#[cfg(feature = "checks")]
 pub mod checks;
-pub mod compare;
-pub mod config;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod device;
-pub mod error;
-pub mod fixture;
-pub mod folded_attention;
-pub mod gemm_f32;
-pub mod image_encoder;
-pub mod kernels;
-pub mod layers;
-pub mod linear_bf16;
-pub mod linear_f32;
-pub mod mask_decoder;
-pub mod memory_attention;
-pub mod memory_encoder;
-pub mod model;
-pub mod original_keys;
-pub mod position_encoding;
-pub mod postprocess;
-pub mod precision;
-pub mod preprocess;
-pub mod prompt_encoder;
-pub mod raw_frame;
-pub mod repvit;
-pub mod rope;
-pub mod spatial_perceiver;
-pub mod split_key_attention;
-pub mod timings;
-pub mod tracker;
-pub mod tracking_step;
-pub mod transfer;
-pub mod two_way_transformer;
-pub mod upscale;
-pub mod vision_neck;
-pub mod weights;
-pub mod work;
 
-pub use config::EdgeTamConfig;
 pub use device::parse_device;
 pub use error::{Error, Result};
-pub use model::{EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt, Segmentation};
-pub use precision::Precision;
-pub use raw_frame::{PixelLayout, RawFrame};
-pub use timings::StageTimes;
-pub use tracker::{
+pub use frame::{yuv_to_rgb, PixelLayout, RawFrame};
+pub use instrument::allocator::keep_freed_memory;
+pub use instrument::timings::StageTimes;
+pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
+pub use model::config::EdgeTamConfig;
+pub use model::edgetam::{
+    mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt,
+    Segmentation, NO_OBJECT_SCORE,
+};
+pub use model::precision::Precision;
+pub use model::weights::{CheckpointFormat, Weights};
+pub use tracking::tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
 };
-pub use weights::Weights;
+
+/// Internals for this workspace's benchmarks, CLI and parity tests: stage modules and kernels
+/// that are not part of the supported API and may change at any time.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::frame::postprocess::{binarize, resize_logits};
+    pub use crate::frame::preprocess::{
+        preprocess, preprocess_frame, preprocess_host, resize_rgb_u8,
+    };
+    pub use crate::instrument::macs::StageWork;
+    pub use crate::instrument::transfer::{self, Transfers};
+    pub use crate::kernels::attention::bf16::scaled_dot_product_bf16;
+    pub use crate::kernels::attention::{scaled_dot_product, scaled_dot_product_unfused};
+    pub use crate::kernels::conv::depthwise::Depthwise;
+    pub use crate::model::decoder::{select_single_mask, stability_scores, MaskDecoder};
+    pub use crate::model::memory_attention::cross_attention::split_key_attention;
+    pub use crate::model::memory_attention::rope::{rotate_pairwise, AxialRope};
+    pub use crate::model::memory_attention::MemoryAttention;
+    pub use crate::model::original_keys::{to_transformers, transformers_name};
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use edgetam_tracker::checks::sequence::{run, Mode, SequenceFixture};
-use edgetam_tracker::preprocess::{preprocess_frame, preprocess_host};
+use edgetam_tracker::internals::{preprocess_frame, preprocess_host};
 use edgetam_tracker::{parse_device, PixelLayout, RawFrame, Weights};
 
 fn gpu() -> Option<Device> {

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
+use edgetam_tracker::checks::compare::compare;
 use edgetam_tracker::checks::decoder::{self, DecoderModules};
+use edgetam_tracker::checks::fixture::Fixture;
 use edgetam_tracker::checks::{StageReport, STAGE_REL_L2};
-use edgetam_tracker::compare::compare;
-use edgetam_tracker::fixture::Fixture;
-use edgetam_tracker::mask_decoder::{select_single_mask, stability_scores, MaskDecoder};
-use edgetam_tracker::postprocess::{binarize, resize_logits};
+use edgetam_tracker::internals::{binarize, resize_logits};
+use edgetam_tracker::internals::{select_single_mask, stability_scores, MaskDecoder};
 use edgetam_tracker::Weights;
 
 fn fixtures() -> PathBuf {

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
+use edgetam_tracker::checks::fixture::Fixture;
 use edgetam_tracker::checks::memory_attention;
-use edgetam_tracker::fixture::Fixture;
-use edgetam_tracker::memory_attention::MemoryAttention;
-use edgetam_tracker::rope::{rotate_pairwise, AxialRope};
+use edgetam_tracker::internals::MemoryAttention;
+use edgetam_tracker::internals::{rotate_pairwise, AxialRope};
 use edgetam_tracker::Weights;
 
 fn fixtures() -> PathBuf {
@@ -70,7 +70,7 @@ fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::Result<
         m,
         0,
     )?;
-    let c = edgetam_tracker::compare::compare(&out, fx.get("memattn.output")?)?;
+    let c = edgetam_tracker::checks::compare::compare(&out, fx.get("memattn.output")?)?;
     eprintln!("without key RoPE: rel_l2={:.2e}", c.rel_l2);
     assert!(c.rel_l2 > 1e-2, "key RoPE has no visible effect: {c:?}");
     Ok(())

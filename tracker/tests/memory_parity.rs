@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use candle_core::Device;
-use edgetam_tracker::{checks, fixture::Fixture, Weights};
+use edgetam_tracker::{checks, checks::fixture::Fixture, Weights};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use edgetam_tracker::original_keys::{to_transformers, transformers_name};
-use edgetam_tracker::weights::CheckpointFormat;
+use edgetam_tracker::internals::{to_transformers, transformers_name};
+use edgetam_tracker::CheckpointFormat;
 use edgetam_tracker::{Error, Weights};
 
 /// transformers keys whose value the original layout cannot hold separately: the original shares

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::Device;
+use edgetam_tracker::checks::fixture::Fixture;
 use edgetam_tracker::checks::vision;
-use edgetam_tracker::fixture::Fixture;
-use edgetam_tracker::preprocess::{preprocess, resize_rgb_u8};
+use edgetam_tracker::internals::{preprocess, resize_rgb_u8};
 use edgetam_tracker::{Error, Weights};
 
 fn fixtures() -> PathBuf {

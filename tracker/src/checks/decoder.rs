@@ -8,13 +8,13 @@
 use candle_core::{Tensor, D};
 
 use super::{StageReport, STAGE_REL_L2};
-use crate::compare::{compare, mask_iou, Comparison};
+use crate::checks::compare::{compare, mask_iou, Comparison};
+use crate::checks::fixture::{subsample, Fixture};
 use crate::error::Result;
-use crate::fixture::{subsample, Fixture};
-use crate::mask_decoder::MaskDecoder;
-use crate::postprocess::{binarize, resize_logits};
-use crate::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
-use crate::weights::Weights;
+use crate::frame::postprocess::{binarize, resize_logits};
+use crate::model::decoder::MaskDecoder;
+use crate::model::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
+use crate::model::weights::Weights;
 
 /// Prompt cases the fixture generator writes (only some at 1024).
 pub const CASES: [&str; 5] = ["point1", "points", "box", "box_points", "mask"];

@@ -6,11 +6,11 @@
 use candle_core::{DType, Tensor};
 
 use super::{StageReport, STAGE_REL_L2};
-use crate::compare::{compare, mask_iou};
+use crate::checks::compare::{compare, mask_iou};
+use crate::checks::fixture::Fixture;
 use crate::error::Result;
-use crate::fixture::Fixture;
-use crate::model::{EdgeTam, MultimaskMode, Point, PointLabel, Prompt};
-use crate::weights::Weights;
+use crate::model::edgetam::{EdgeTam, MultimaskMode, Point, PointLabel, Prompt};
+use crate::model::weights::Weights;
 
 /// Prompt cases the generator writes, in its order.
 pub const CASES: &[&str] = &["point1", "points", "box", "box_points"];

@@ -11,12 +11,12 @@ use candle_core::{DType, Tensor};
 
 use super::frame::mask_report;
 use super::{StageReport, STAGE_REL_L2};
-use crate::compare::compare;
+use crate::checks::compare::compare;
+use crate::checks::fixture::Fixture;
 use crate::error::Result;
-use crate::fixture::Fixture;
-use crate::memory_encoder::{mask_for_memory, scale_mask, MaskSource, MemoryEncoder};
-use crate::spatial_perceiver::SpatialPerceiver;
-use crate::weights::Weights;
+use crate::model::memory_encoder::{mask_for_memory, scale_mask, MaskSource, MemoryEncoder};
+use crate::model::perceiver::SpatialPerceiver;
+use crate::model::weights::Weights;
 
 /// Cases the generator writes, in its order (also the batch order of the batched check).
 pub const CASES: &[&str] = &["prompted", "tracked", "occluded"];
@@ -155,7 +155,7 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
     let grid = WINDOW_GRID;
     let c = cfg.perceiver_resampler_hidden_size;
     let win = window_input(grid, c, &device)?;
-    let win_pos = crate::position_encoding::sine_position_embedding(c, grid, grid, &device)?;
+    let win_pos = crate::model::position_encoding::sine_position_embedding(c, grid, grid, &device)?;
     let (memory, _) = perceiver.forward(&win, &win_pos)?;
     let n1 = cfg.perceiver_resampler_num_latents;
     let n2 = cfg.perceiver_resampler_num_latents_2d;

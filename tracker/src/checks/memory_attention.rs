@@ -10,11 +10,11 @@
 use candle_core::Tensor;
 
 use super::{StageReport, STAGE_REL_L2};
-use crate::compare::compare;
+use crate::checks::compare::compare;
+use crate::checks::fixture::Fixture;
 use crate::error::{Error, Result};
-use crate::fixture::Fixture;
-use crate::memory_attention::MemoryAttention;
-use crate::weights::Weights;
+use crate::model::memory_attention::MemoryAttention;
+use crate::model::weights::Weights;
 
 /// Fixture tensor names of the inputs, in `MemoryAttention::forward` order.
 const INPUTS: [&str; 4] = [

@@ -3,14 +3,16 @@
 //! The parity tests and `edgetam check` run the same functions: each stage is fed the fixture's
 //! own inputs (so errors do not compound) and compared with the reference output.
 
+pub mod compare;
 pub mod decoder;
+pub mod fixture;
 pub mod frame;
 pub mod memory;
 pub mod memory_attention;
 pub mod sequence;
 pub mod vision;
 
-use crate::compare::Comparison;
+use crate::checks::compare::Comparison;
 
 /// The outcome of one stage check.
 #[derive(Debug, Clone)]
@@ -81,8 +83,8 @@ pub const STAGE_REL_L2: f64 = 1e-4;
 /// fixtures get the per-stage vision and decoder checks and the end-to-end single-frame path;
 /// video-stage fixtures get their stage's checks.
 pub fn run_all(
-    fx: &crate::fixture::Fixture,
-    weights: &crate::weights::Weights,
+    fx: &crate::checks::fixture::Fixture,
+    weights: &crate::model::weights::Weights,
 ) -> crate::error::Result<Vec<StageReport>> {
     let mut reports = Vec::new();
     if fx.has("image.rgb_u8") {

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use candle_core::{DType, Device, IndexOp, Tensor};
 
 use super::{StageReport, STAGE_REL_L2};
-use crate::compare::{compare, mask_iou, Comparison};
-use crate::config::EdgeTamConfig;
+use crate::checks::compare::{compare, mask_iou, Comparison};
 use crate::error::{Error, Result};
-use crate::model::{EdgeTam, Point, PointLabel, Prompt};
-use crate::tracker::{FrameResult, Mask, ObjectPrompt, Tracker};
-use crate::weights::Weights;
+use crate::model::config::EdgeTamConfig;
+use crate::model::edgetam::{EdgeTam, Point, PointLabel, Prompt};
+use crate::model::weights::Weights;
+use crate::tracking::tracker::{FrameResult, Mask, ObjectPrompt, Tracker};
 
 /// Free-running bars (the issue's): low-res logits max |diff| <= 0.05 x std, score within
 /// 0.01, mask IoU >= 0.995.

@@ -8,13 +8,13 @@
 
 use candle_core::{DType, Tensor};
 
+use crate::checks::compare::compare;
+use crate::checks::fixture::{subsample, Fixture};
 use crate::checks::{StageReport, STAGE_REL_L2};
-use crate::compare::compare;
 use crate::error::{Error, Result};
-use crate::fixture::{subsample, Fixture};
-use crate::image_encoder::ImageEncoder;
-use crate::preprocess::preprocess;
-use crate::weights::Weights;
+use crate::frame::preprocess::preprocess;
+use crate::model::image_encoder::ImageEncoder;
+use crate::model::weights::Weights;
 
 /// `t` subsampled like the fixture's `expected` (a no-op when the fixture stores it in full).
 fn like(t: &Tensor, expected: &Tensor) -> Result<Tensor> {

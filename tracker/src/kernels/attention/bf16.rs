@@ -1,0 +1,672 @@
+//! Fused softmax attention with bf16 products and f32 accumulation (the `bf16` fast mode).
+//!
+//! Same tiling and online softmax as the exact kernel in [`crate::kernels::attention`]; only the two
+//! products change: queries, keys, probabilities and values are rounded to bf16 and multiplied
+//! with AVX512-BF16's `vdpbf16ps`, which does two multiply-adds per f32 lane and accumulates in
+//! f32, twice the work per instruction of an f32 FMA. Scores, the softmax statistics and the
+//! output stay f32. Keys and values are packed once per call into the pair-interleaved layout
+//! the instruction reads; queries and probabilities are converted per tile with
+//! `vcvtne2ps2bf16` (round to nearest even).
+//!
+//! Only CPUs with AVX512-BF16 run it ([`supported`]); elsewhere callers get the exact f32 kernel.
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
+
+/// Whether this CPU has the instructions of the bf16 kernel.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `softmax(q k^T * scale) v` with bf16 products (see the module docs): `q` `[N, H, Lq, D]`,
+/// `k`/`v` `[N, H, Lk, D]`. Falls back to the exact kernel where the CPU lacks AVX512-BF16,
+/// the tensors are not f32 on the CPU, or `D` is not a multiple of 16.
+pub fn scaled_dot_product_bf16(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    let cpu_f32 = [q, k, v]
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
+    let d = q.dims().last().copied().unwrap_or(0);
+    if !(cpu_f32 && supported() && d > 0 && d.is_multiple_of(16)) {
+        return crate::kernels::attention::scaled_dot_product(q, k, v, scale);
+    }
+    q.contiguous()?.apply_op3_no_bwd(
+        &k.contiguous()?,
+        &v.contiguous()?,
+        &FusedAttentionBf16 {
+            scale: scale as f32,
+        },
+    )
+}
+
+struct FusedAttentionBf16 {
+    scale: f32,
+}
+
+/// Round-to-nearest-even bf16 bits of `x`.
+pub(crate) fn bf16_bits(x: f32) -> u32 {
+    u32::from(half::bf16::from_f32(x).to_bits())
+}
+
+/// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
+/// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero, and so
+/// is the missing channel of an odd width's last pair.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn pack_keys(k: &[f32], lk: usize, d: usize) -> Vec<u32> {
+    let pairs = d.div_ceil(2);
+    let blocks = lk.div_ceil(16);
+    let mut out = vec![0u32; blocks * pairs * 16];
+    for j in 0..lk {
+        let (b, lane) = (j / 16, j % 16);
+        let row = &k[j * d..(j + 1) * d];
+        for p in 0..pairs {
+            let hi = row.get(2 * p + 1).map_or(0, |&x| bf16_bits(x));
+            out[(b * pairs + p) * 16 + lane] = bf16_bits(row[2 * p]) | (hi << 16);
+        }
+    }
+    out
+}
+
+/// One group of keys and their values, packed for the bf16 products: `lk` keys of width `d`
+/// (any width: an odd one is padded with a zero channel) and values of width `dv` (a multiple
+/// of 16).
+pub(crate) struct PackedKeys {
+    keys: Vec<u32>,
+    values: Vec<u32>,
+    lk: usize,
+    d: usize,
+    dv: usize,
+}
+
+/// Keys per packing task (a multiple of 16 and of 2: whole key blocks and key pairs).
+const PACK_KEYS_PER_TASK: usize = 256;
+
+impl PackedKeys {
+    /// `k` `lk x d`, `v` `lk x dv`; packed on all compute threads, in vectors (the same
+    /// layouts and roundings as [`pack_keys`] and [`pack_values`]).
+    pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
+        let pairs = d.div_ceil(2);
+        let mut keys = vec![0u32; lk.div_ceil(16) * pairs * 16];
+        let mut values = vec![0u32; lk.div_ceil(2) * dv];
+        let per = PACK_KEYS_PER_TASK;
+        let tasks: Vec<(usize, &mut [u32], &mut [u32])> = keys
+            .chunks_mut(per / 16 * pairs * 16)
+            .zip(values.chunks_mut(per / 2 * dv))
+            .enumerate()
+            .map(|(t, (kc, vc))| (t * per, kc, vc))
+            .collect();
+        run_tasks_with(
+            tasks,
+            threads(),
+            || vec![0u32; 16 * pairs],
+            |rows, (j0, kc, vc)| {
+                let n = per.min(lk - j0);
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `PackedKeys` is built only where `supported()`; the slices cover keys
+                // `j0..j0 + n` of `k` and `v` and their packed blocks and pairs.
+                unsafe {
+                    x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, rows, kc);
+                    x86::pack_values_into(&v[j0 * dv..(j0 + n) * dv], n, dv, vc);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    kc.copy_from_slice(&pack_keys(&k[j0 * d..(j0 + n) * d], n, d)[..kc.len()]);
+                    vc.copy_from_slice(&pack_values(&v[j0 * dv..(j0 + n) * dv], n, dv)[..vc.len()]);
+                    let _ = rows;
+                }
+            },
+        );
+        Self {
+            keys,
+            values,
+            lk,
+            d,
+            dv,
+        }
+    }
+}
+
+/// `softmax([q_g k_g^T for each group g] * scale) [v_g]` for one tile of query rows: one online
+/// softmax over all groups' keys. Each group brings its queries (`rows x` its key width) and
+/// keys; `out` is `rows x dv`, the groups' common value width.
+///
+/// # Safety
+/// The CPU must have AVX512-BF16 ([`supported`]); `scratch` must come from [`Scratch::new`] for at
+/// least the widest group's key width, `rows <= TILE_Q`, and every group's `dv` equal
+/// `out.len() / rows`.
+pub(crate) unsafe fn attend_groups(
+    groups: &[(&[f32], &PackedKeys)],
+    out: &mut [f32],
+    scratch: &mut Scratch,
+    scale: f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: per the caller.
+    unsafe {
+        x86::attend_groups(groups, out, scratch, scale)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (groups, out, scratch, scale);
+}
+
+/// Values packed for the output product: for each pair of keys `jp` and block of 16 channels,
+/// 16 lanes `(v[2jp][c], v[2jp+1][c])` (lane = channel). A missing last key is zero.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn pack_values(v: &[f32], lk: usize, d: usize) -> Vec<u32> {
+    let key_pairs = lk.div_ceil(2);
+    let mut out = vec![0u32; key_pairs * d];
+    for jp in 0..key_pairs {
+        let a = &v[2 * jp * d..(2 * jp + 1) * d];
+        let b = (2 * jp + 1 < lk).then(|| &v[(2 * jp + 1) * d..(2 * jp + 2) * d]);
+        for c in 0..d {
+            let hi = b.map_or(0, |b| bf16_bits(b[c]));
+            // Channel block c / 16, lane c % 16: consecutive, so the index is jp * d + c.
+            out[jp * d + c] = bf16_bits(a[c]) | (hi << 16);
+        }
+    }
+    out
+}
+
+impl CustomOp3 for FusedAttentionBf16 {
+    fn name(&self) -> &'static str {
+        "fused-attention-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let q = f32_slice(s1, l1, "attention queries")?;
+        let k = f32_slice(s2, l2, "attention keys")?;
+        let v = f32_slice(s3, l3, "attention values")?;
+        let (n, h, lq, d) = l1.shape().dims4()?;
+        let (kn, kh, lk, kd) = l2.shape().dims4()?;
+        if (kn, kh, kd) != (n, h, d)
+            || l3.shape().dims() != l2.shape().dims()
+            || !d.is_multiple_of(16)
+        {
+            candle_core::bail!(
+                "bf16 attention: queries {:?}, keys {:?}, values {:?} (head width a multiple of 16)",
+                l1.shape().dims(),
+                l2.shape().dims(),
+                l3.shape().dims()
+            );
+        }
+        if !supported() {
+            candle_core::bail!("bf16 attention needs a CPU with AVX512-BF16");
+        }
+        let shape = Shape::from((n, h, lq, d));
+        let mut out = crate::kernels::zeroed(n * h * lq * d);
+        if out.is_empty() || lk == 0 {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let packed: Vec<PackedKeys> = (0..n * h)
+            .map(|bh| {
+                let kv = bh * lk * d..(bh + 1) * lk * d;
+                PackedKeys::new(&k[kv.clone()], &v[kv], lk, d, d)
+            })
+            .collect();
+        let tasks = crate::kernels::row_tiles(&mut out, lq, d, TILE_Q);
+        let scale = self.scale;
+        run_tasks_with(
+            tasks,
+            threads(),
+            || Scratch::new(d),
+            |scratch, (bh, q0, tile)| {
+                let rows = tile.len() / d;
+                let qt = &q[(bh * lq + q0) * d..][..rows * d];
+                // SAFETY: `supported()` was checked above; the scratch fits width `d`, the tile
+                // has at most TILE_Q rows of the keys' value width `d`.
+                unsafe { attend_groups(&[(qt, &packed[bh])], tile, scratch, scale) };
+            },
+        );
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+/// Per-worker buffers.
+pub(crate) struct Scratch {
+    /// Score / probability tile, `TILE_Q x TILE_K` f32.
+    scores: Vec<f32>,
+    /// Query tile as bf16 pairs, `TILE_Q x ceil(d/2)`.
+    q_pairs: Vec<u32>,
+    /// Probabilities as bf16 pairs, `TILE_Q x TILE_K/2`.
+    p_pairs: Vec<u32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+impl Scratch {
+    /// Buffers of [`attend_groups`] for key widths up to `d`.
+    pub(crate) fn new(d: usize) -> Self {
+        Self {
+            scores: vec![0.0; TILE_Q * TILE_K],
+            q_pairs: vec![0; TILE_Q * d.div_ceil(2)],
+            p_pairs: vec![0; TILE_Q * TILE_K / 2],
+            max: vec![0.0; TILE_Q],
+            sum: vec![0.0; TILE_Q],
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{interleave_bf16, to_bf16_pairs};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{online_softmax, PackedKeys, Scratch, TILE_K};
+
+    /// `n` f32 at `src` -> `n` bf16 at `dst` (as `n / 2` pairs), `n` a multiple of 2; the tail
+    /// past the last multiple of 32 is converted one pair at a time with the same rounding.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(crate) unsafe fn to_bf16_pairs(src: &[f32], dst: &mut [u32]) {
+        let n = src.len();
+        let mut i = 0;
+        while i + 32 <= n {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(i));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
+            let packed = _mm512_cvtne2ps_pbh(hi, lo);
+            _mm512_storeu_si512(
+                dst.as_mut_ptr().add(i / 2).cast(),
+                std::mem::transmute::<__m512bh, __m512i>(packed),
+            );
+            i += 32;
+        }
+        while i < n {
+            let b = src.get(i + 1).copied().unwrap_or(0.0);
+            dst[i / 2] = super::bf16_bits(src[i]) | (super::bf16_bits(b) << 16);
+            i += 2;
+        }
+    }
+
+    /// `out[i] = bf16(a[i]) | bf16(b[i]) << 16` (`b` absent: zeros), 16 lanes at a time.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(crate) unsafe fn interleave_bf16(a: &[f32], b: Option<&[f32]>, out: &mut [u32]) {
+        // Lanes (a0, b0, a1, b1, ...) from the two converted 16-lane halves.
+        let idx = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
+        );
+        let n = out.len().min(a.len());
+        let mut i = 0;
+        while i < n {
+            let valid = (n - i).min(16);
+            let mask: __mmask16 = if valid == 16 {
+                0xffff
+            } else {
+                (1u16 << valid) - 1
+            };
+            let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
+            let vb = match b {
+                Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
+                None => _mm512_setzero_ps(),
+            };
+            let halves = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
+            let pairs = _mm512_permutexvar_epi16(idx, halves);
+            _mm512_mask_storeu_epi32(out.as_mut_ptr().add(i).cast(), mask, pairs);
+            i += 16;
+        }
+    }
+
+    /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2) x dv`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_values_into(v: &[f32], n: usize, dv: usize, out: &mut [u32]) {
+        for (jp, o) in out.chunks_mut(dv).enumerate().take(n.div_ceil(2)) {
+            let a = &v[2 * jp * dv..(2 * jp + 1) * dv];
+            let b = (2 * jp + 1 < n).then(|| &v[(2 * jp + 1) * dv..(2 * jp + 2) * dv]);
+            interleave_bf16(a, b, o);
+        }
+    }
+
+    /// [`super::pack_keys`] of `n` keys into `out` (`ceil(n/16)` blocks); `rows` is
+    /// `16 x ceil(d/2)` scratch: each block's rows are converted in vectors, then transposed.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn pack_keys_into(
+        k: &[f32],
+        n: usize,
+        d: usize,
+        rows: &mut [u32],
+        out: &mut [u32],
+    ) {
+        let pairs = d.div_ceil(2);
+        for (b, block) in out.chunks_mut(pairs * 16).enumerate().take(n.div_ceil(16)) {
+            let keys = (n - 16 * b).min(16);
+            rows.fill(0);
+            for lane in 0..keys {
+                let j = 16 * b + lane;
+                to_bf16_pairs(
+                    &k[j * d..(j + 1) * d],
+                    &mut rows[lane * pairs..(lane + 1) * pairs],
+                );
+            }
+            for (p, dst) in block.chunks_mut(16).enumerate() {
+                for (lane, x) in dst.iter_mut().enumerate() {
+                    *x = rows[lane * pairs + p];
+                }
+            }
+        }
+    }
+
+    /// Scores of `R` query rows against `C` blocks of 16 keys: `s[r][c*16 + lane]`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn score_block<const R: usize, const C: usize>(
+        q_pairs: &[u32],
+        k_packed: &[u32],
+        pairs: usize,
+        first_block: usize,
+        s: &mut [f32],
+        cols: usize,
+        col0: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for p in 0..pairs {
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(
+                    k_packed
+                        .as_ptr()
+                        .add(((first_block + c) * pairs + p) * 16)
+                        .cast(),
+                );
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    q_pairs[r * pairs + p] as i32,
+                ));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, x) in row.iter().enumerate() {
+                let col = col0 + c * 16;
+                let valid = cols.saturating_sub(col).min(16);
+                if valid > 0 {
+                    let mask: __mmask16 = if valid == 16 {
+                        0xffff
+                    } else {
+                        (1u16 << valid) - 1
+                    };
+                    _mm512_mask_storeu_ps(s.as_mut_ptr().add(r * cols + col), mask, *x);
+                }
+            }
+        }
+    }
+
+    /// `out[r][c*16 + lane] += sum_jp p[r][jp] . v[jp][block c]` for `R` rows and `C` channel
+    /// blocks starting at `block0`.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn value_block<const R: usize, const C: usize>(
+        p_pairs: &[u32],
+        p_stride: usize,
+        v_packed: &[u32],
+        first_pair: usize,
+        key_pairs: usize,
+        d: usize,
+        block0: usize,
+        out: &mut [f32],
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (c, x) in row.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(out.as_ptr().add(r * d + (block0 + c) * 16));
+            }
+        }
+        for jp in 0..key_pairs {
+            let base = v_packed.as_ptr().add((first_pair + jp) * d + block0 * 16);
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(base.add(c * 16).cast());
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    p_pairs[r * p_stride + jp] as i32,
+                ));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, x) in row.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add(r * d + (block0 + c) * 16), *x);
+            }
+        }
+    }
+
+    /// See [`super::attend_groups`].
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn attend_groups(
+        groups: &[(&[f32], &PackedKeys)],
+        out: &mut [f32],
+        scratch: &mut Scratch,
+        scale: f32,
+    ) {
+        let Some(dv) = groups.first().map(|(_, k)| k.dv) else {
+            out.fill(0.0);
+            return;
+        };
+        let rows = out.len() / dv;
+        let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
+        max.fill(f32::NEG_INFINITY);
+        sum.fill(0.0);
+        out.fill(0.0);
+        for &(q, keys) in groups {
+            attend_group(q, keys, out, scratch, scale);
+        }
+        let sum = &scratch.sum[..rows];
+        for (o, &s) in out.chunks_mut(dv).zip(sum) {
+            o.iter_mut().for_each(|v| *v /= s);
+        }
+    }
+
+    /// One group of keys for the query rows `q` (`rows x keys.d`): scores, the online softmax
+    /// step and the value product into `out` (`rows x keys.dv`).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn attend_group(
+        q: &[f32],
+        keys: &PackedKeys,
+        out: &mut [f32],
+        scratch: &mut Scratch,
+        scale: f32,
+    ) {
+        let (lk, d, dv) = (keys.lk, keys.d, keys.dv);
+        let (k_packed, v_packed) = (&keys.keys[..], &keys.values[..]);
+        let rows = out.len() / dv;
+        let pairs = d.div_ceil(2);
+        let blocks_d = dv / 16;
+        let q_pairs = &mut scratch.q_pairs[..rows * pairs];
+        if d.is_multiple_of(2) {
+            to_bf16_pairs(&q[..rows * d], q_pairs);
+        } else {
+            // Row by row: an odd width's last pair takes a zero.
+            for (src, dst) in q.chunks(d).zip(q_pairs.chunks_mut(pairs)) {
+                to_bf16_pairs(src, dst);
+            }
+        }
+        let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
+        for k0 in (0..lk).step_by(TILE_K) {
+            let cols = TILE_K.min(lk - k0);
+            let s = &mut scratch.scores[..rows * cols];
+            // Scores: rows in fours, key blocks in fours (16 accumulators).
+            let first = k0 / 16;
+            let nblocks = cols.div_ceil(16);
+            let mut r = 0;
+            while r < rows {
+                let rr = (rows - r).min(4);
+                let qp = &q_pairs[r * pairs..];
+                let sr = &mut s[r * cols..];
+                let mut b = 0;
+                while b < nblocks {
+                    let bb = (nblocks - b).min(4);
+                    match (rr, bb) {
+                        (4, 4) => {
+                            score_block::<4, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        (4, _) => {
+                            score_block::<4, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        (_, 4) => {
+                            score_block::<1, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
+                        }
+                        _ => score_block::<1, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16),
+                    }
+                    b += if bb == 4 { 4 } else { 1 };
+                }
+                r += if rr == 4 { 4 } else { 1 };
+            }
+            online_softmax(s, cols, scale, max, sum, out, dv);
+            // Probabilities to bf16 pairs (an odd last key pairs with a zero).
+            let key_pairs = cols.div_ceil(2);
+            let p_pairs = &mut scratch.p_pairs[..rows * key_pairs];
+            for rr in 0..rows {
+                to_bf16_pairs(
+                    &s[rr * cols..(rr + 1) * cols],
+                    &mut p_pairs[rr * key_pairs..(rr + 1) * key_pairs],
+                );
+            }
+            let first_pair = k0 / 2;
+            let mut r = 0;
+            while r < rows {
+                let rr = (rows - r).min(4);
+                let pp = &p_pairs[r * key_pairs..];
+                let o = &mut out[r * dv..];
+                let mut c = 0;
+                while c < blocks_d {
+                    let cc = (blocks_d - c).min(4);
+                    match (rr, cc) {
+                        (4, 4) => value_block::<4, 4>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                        ),
+                        (4, _) => value_block::<4, 1>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                        ),
+                        (_, 4) => value_block::<1, 4>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                        ),
+                        _ => value_block::<1, 1>(
+                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                        ),
+                    }
+                    c += if cc == 4 { 4 } else { 1 };
+                }
+                r += if rr == 4 { 4 } else { 1 };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
+        let diff = (a - b)
+            .and_then(|d| d.sqr())
+            .and_then(|d| d.sum_all())
+            .and_then(|d| d.to_scalar::<f32>())
+            .unwrap_or(f32::NAN);
+        let norm = b
+            .sqr()
+            .and_then(|d| d.sum_all())
+            .and_then(|d| d.to_scalar::<f32>())
+            .unwrap_or(f32::NAN);
+        (f64::from(diff) / f64::from(norm)).sqrt()
+    }
+
+    /// bf16 products against the exact kernel, on odd sizes that exercise every remainder path
+    /// (rows not a multiple of 4, keys not a multiple of 16 nor even, several key tiles).
+    #[test]
+    fn matches_the_exact_kernel_within_bf16_rounding() -> Result<()> {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (lq, lk, d) in [
+            (70usize, 531usize, 32usize),
+            (64, 256, 256),
+            (5, 17, 16),
+            (130, 600, 64),
+        ] {
+            let q = Tensor::randn(0f32, 1.0, (2, 1, lq, d), &dev)?;
+            let k = Tensor::randn(0f32, 1.0, (2, 1, lk, d), &dev)?;
+            let v = Tensor::randn(0f32, 1.0, (2, 1, lk, d), &dev)?;
+            let scale = 1.0 / (d as f64).sqrt();
+            let fast = scaled_dot_product_bf16(&q, &k, &v, scale)?;
+            let exact = crate::kernels::attention::scaled_dot_product_unfused(&q, &k, &v, scale)?;
+            let e = rel_l2(&fast, &exact);
+            // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3 per operand).
+            assert!(e < 1e-2, "({lq}, {lk}, {d}): relative L2 {e:e}");
+            assert!(e > 0.0, "bf16 path must differ from f32 at all");
+        }
+        Ok(())
+    }
+
+    /// The threaded vector packing equals the scalar definitions, for odd key counts and
+    /// widths and more keys than one packing task.
+    #[test]
+    fn vector_packing_equals_scalar() {
+        if !supported() {
+            return;
+        }
+        for (lk, d, dv) in [
+            (1usize, 4usize, 16usize),
+            (37, 65, 64),
+            (600, 256, 256),
+            (513, 9, 32),
+        ] {
+            let k: Vec<f32> = (0..lk * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let v: Vec<f32> = (0..lk * dv).map(|i| (i as f32 * 0.11).cos()).collect();
+            let p = PackedKeys::new(&k, &v, lk, d, dv);
+            assert_eq!(p.keys, pack_keys(&k, lk, d), "keys {lk}x{d}");
+            assert_eq!(p.values, pack_values(&v, lk, dv), "values {lk}x{dv}");
+        }
+    }
+
+    #[test]
+    fn packing_layouts() {
+        // Two keys of width 4: block 0, pairs p=0,1; lane = key.
+        let k = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let p = pack_keys(&k, 2, 4);
+        assert_eq!(p.len(), 2 * 16);
+        let pair = |a: f32, b: f32| bf16_bits(a) | (bf16_bits(b) << 16);
+        assert_eq!(p[0], pair(1.0, 2.0)); // p=0, key 0
+        assert_eq!(p[1], pair(5.0, 6.0)); // p=0, key 1
+        assert_eq!(p[2], 0); // key 2 does not exist
+        assert_eq!(p[16], pair(3.0, 4.0)); // p=1, key 0
+                                           // Three values of width 2 (odd key count): pairs (v0, v1), (v2, 0).
+        let v = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let p = pack_values(&v, 3, 2);
+        assert_eq!(
+            p,
+            vec![
+                pair(1.0, 3.0),
+                pair(2.0, 4.0),
+                pair(5.0, 0.0),
+                pair(6.0, 0.0)
+            ]
+        );
+    }
+}

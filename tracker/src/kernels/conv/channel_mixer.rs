@@ -1,0 +1,549 @@
+//! A 1x1-conv MLP with GELU and a residual, `r + s * conv2(gelu(conv1(x)))` (`c -> hid -> c`), as
+//! one CPU pass over blocks of pixels: RepViT's channel mixer (`r = x`, no scale) and the memory
+//! fuser's ConvNeXt MLP (`x` the normed features, `r` the block input, `s` the layer scale).
+//! `conv2` may have fewer outputs than `c` (then `r` has as many): the memory encoder folds its
+//! output projection into the last fuser block's `conv2`.
+//!
+//! Run as two fused 1x1 convs, the `2c x H x W` hidden activation (25 MiB per block at the
+//! 1024 input's first stage) goes to memory three times: written by the first product, read and
+//! rewritten by the GELU, read again (packed) by the second product. Here each task takes
+//! [`COLS`] pixels: it packs their `c` input values, computes the `2c x COLS` hidden block, applies
+//! the GELU and packs it while it sits in L2, and writes `x + b2 + W2 h` straight into the
+//! output. Same products, same GELU (`gelu_slice`), same f32 accumulation; only the summation
+//! order inside the products can differ from the two-op path, which is float noise.
+//!
+//! In the bf16 fast mode both products take bf16 inputs with f32 accumulation
+//! ([`super::pointwise_bf16`]'s block kernel), with the same per-pixel sums as the two bf16
+//! convs one after the other: 1.8-2x the exact mixer at the stride-16/32 stages and the memory
+//! fuser's shape.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
+
+use super::pointwise_bf16::{accumulate_block, block_scratch, PackedWeight};
+use crate::kernels::gelu::gelu_slice;
+use crate::kernels::gemm::{packed_unchecked, PackedB};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
+
+/// Pixels per task: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
+/// weights (64 measured 10-25 % faster than 128 at all four RepViT stage shapes, 2 threads).
+const COLS: usize = 64;
+
+/// The op: `conv1` `[hid, c]` + bias, GELU, `conv2` `[c, hid]` + bias, times an optional
+/// per-channel `scale`, plus the residual (the op's second input).
+pub(crate) struct ChannelMixer<'a> {
+    pub w1: &'a [f32],
+    pub b1: &'a [f32],
+    pub w2: &'a [f32],
+    pub b2: &'a [f32],
+    pub scale: Option<&'a [f32]>,
+    /// A stride-1 depthwise conv applied first (RepViT's token mixer of a block without
+    /// squeeze-excite): each task computes it for its own pixels, and its output is both the
+    /// MLP's input and the residual, so it never goes to memory. The op's inputs are then the
+    /// block input (twice).
+    pub token_mixer: Option<&'a super::depthwise::Depthwise>,
+    /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
+    /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
+    pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
+}
+
+/// Per-worker scratch.
+struct Scratch {
+    x: PackedB,
+    hidden: Vec<f32>,
+    h: PackedB,
+    /// `conv2`'s output block (before the scale, when there is one).
+    y: Vec<f32>,
+    /// The token mixer's output block `c x COLS` (only with a token mixer).
+    t: Vec<f32>,
+    /// bf16 pairs of a product's input block (only in the bf16 mode).
+    pairs: Vec<u32>,
+}
+
+impl ChannelMixer<'_> {
+    /// `out (rows ld_out apart) += W x` for a block of `w` pixels whose `k` input planes lie
+    /// `ld_x` apart in `x`; `first` picks `conv1` (`k = c`, else `conv2`, `k = hid`).
+    ///
+    /// # Safety
+    /// `out` must address `rows x w` values (row stride `ld_out`) no other task touches;
+    /// `x` must hold `(k - 1) * ld_x + w` values.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(
+        &self,
+        first: bool,
+        k: usize,
+        (packed, pairs): (&mut PackedB, &mut [u32]),
+        x: &[f32],
+        ld_x: usize,
+        w: usize,
+        out: *mut f32,
+        ld_out: usize,
+    ) {
+        let (weight, rows) = if first {
+            (self.w1, self.b1.len())
+        } else {
+            (self.w2, self.b2.len())
+        };
+        match self.bf16 {
+            Some((p1, p2)) => {
+                let p = if first { p1 } else { p2 };
+                // SAFETY: per the caller; `pairs` was sized for the wider of `c` and `hid`.
+                unsafe { accumulate_block(p, x, ld_x, w, pairs, out, ld_out) }
+            }
+            None => {
+                packed.fill_columns_from_rows(x, ld_x, w);
+                // SAFETY: `weight` is `rows x k`, the packed block `k x w`, `out` per the caller.
+                unsafe {
+                    packed_unchecked(rows, weight, k, packed, 0..k, 0..w, out, ld_out, true);
+                }
+            }
+        }
+    }
+}
+
+impl CustomOp2 for ChannelMixer<'_> {
+    fn name(&self) -> &'static str {
+        "conv-mlp-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+        res_storage: &CpuStorage,
+        res_layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, c, height, width) = layout.shape().dims4()?;
+        let hid = self.b1.len();
+        // Output channels: `c` for RepViT and the fuser; fewer when a projection is folded into
+        // `conv2` (the memory encoder's last fuser block).
+        let co = self.b2.len();
+        if res_layout.shape().dims() != [n, co, height, width] {
+            candle_core::bail!(
+                "conv MLP: residual {:?} does not fit the input {:?} and {co} output channels",
+                res_layout.shape().dims(),
+                layout.shape().dims()
+            );
+        }
+        if self.w1.len() != hid * c
+            || self.w2.len() != co * hid
+            || self.scale.is_some_and(|s| s.len() != co)
+        {
+            candle_core::bail!(
+                "channel mixer: weights {}/{} and biases {}/{} do not fit {c} channels",
+                self.w1.len(),
+                self.w2.len(),
+                hid,
+                self.b2.len()
+            );
+        }
+        if self
+            .token_mixer
+            .is_some_and(|t| !t.is_same_size() || t.channels() != c || co != c)
+        {
+            candle_core::bail!(
+                "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
+            );
+        }
+        let x = f32_slice(storage, layout, "conv MLP input")?;
+        let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
+        let hw = height * width;
+        // Every element is written by exactly one task before `set_len` below (no zeroing pass:
+        // for these multi-MiB outputs it cost ~2.5 % of the backbone).
+        let len = n * co * hw;
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        let shape = Shape::from((n, co, height, width));
+        if len == 0 {
+            return Ok((CpuStorage::F32(out), shape));
+        }
+        let chunks = hw.div_ceil(COLS);
+        // Consecutive pixel blocks per task (about 4 tasks per worker): a worker then walks
+        // down rows, and the token mixer's input rows it read for one block are still in its
+        // L2 for the next.
+        let total = n * chunks;
+        let group = (total / (4 * threads()).max(1)).max(1);
+        let tasks: Vec<std::ops::Range<usize>> = (0..total)
+            .step_by(group)
+            .map(|t| t..(t + group).min(total))
+            .collect();
+        // Tasks write disjoint pixel columns of `out`; its address travels as an integer.
+        let out_addr = out.as_mut_ptr() as usize;
+        run_tasks_with(
+            tasks,
+            threads(),
+            || Scratch {
+                // The exact products' packed blocks (the bf16 ones pack into `pairs`).
+                x: PackedB::zeroed(if self.bf16.is_some() { 0 } else { c }, COLS),
+                hidden: vec![0f32; hid * COLS],
+                h: PackedB::zeroed(if self.bf16.is_some() { 0 } else { hid }, COLS),
+                y: vec![0f32; co * COLS],
+                t: vec![
+                    0f32;
+                    if self.token_mixer.is_some() {
+                        c * COLS
+                    } else {
+                        0
+                    }
+                ],
+                pairs: if self.bf16.is_some() {
+                    block_scratch(c.max(hid), COLS)
+                } else {
+                    Vec::new()
+                },
+            },
+            |s, group: std::ops::Range<usize>| {
+                for task in group {
+                    let (b, j0) = (task / chunks, (task % chunks) * COLS);
+                    let w = COLS.min(hw - j0);
+                    let img = &x[b * c * hw..(b + 1) * c * hw];
+                    // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
+                    let (res, ld, r0) = match self.token_mixer {
+                        Some(dw) => {
+                            let t = &mut s.t[..c * w];
+                            // Row segments of the flattened pixel range `j0 .. j0 + w`.
+                            let mut j = j0;
+                            while j < j0 + w {
+                                let (oy, ox0) = (j / width, j % width);
+                                let n = (width - ox0).min(j0 + w - j);
+                                for (ch, row) in t.chunks_exact_mut(w).enumerate() {
+                                    dw.row_segment(
+                                        ch,
+                                        &img[ch * hw..(ch + 1) * hw],
+                                        (height, width),
+                                        (oy, ox0),
+                                        &mut row[j - j0..j - j0 + n],
+                                    );
+                                }
+                                j += n;
+                            }
+                            (&s.t[..c * w], w, 0)
+                        }
+                        None => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
+                    };
+                    let src = if self.token_mixer.is_some() {
+                        res
+                    } else {
+                        &img[j0..]
+                    };
+                    let hidden = &mut s.hidden[..hid * w];
+                    for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
+                        row.fill(bias);
+                    }
+                    // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`); `src`
+                    // holds the `c` input planes `ld` apart from the block's first pixel.
+                    unsafe {
+                        let out = hidden.as_mut_ptr();
+                        self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
+                    }
+                    gelu_slice(hidden);
+                    let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
+                    let r = res;
+                    // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
+                    // block (row stride `hw`), which no other task touches; `w2` is `co x hid` and
+                    // the packed hidden block `hid x w`; `y` is `co x w`.
+                    unsafe {
+                        match self.scale {
+                            None => {
+                                // Into the local block, then copied out: in place, the
+                                // product's rows would lie `hw` floats apart, a power of two
+                                // that maps them all to the same cache sets.
+                                let y = &mut s.y[..co * w];
+                                for (o, (row, &bias)) in y.chunks_mut(w).zip(self.b2).enumerate() {
+                                    for (v, r) in row.iter_mut().zip(&r[o * ld + r0..][..w]) {
+                                        *v = r + bias;
+                                    }
+                                }
+                                let out = y.as_mut_ptr();
+                                self.product(
+                                    false,
+                                    hid,
+                                    (&mut s.h, &mut s.pairs),
+                                    hidden,
+                                    w,
+                                    w,
+                                    out,
+                                    w,
+                                );
+                                for (o, yr) in y.chunks(w).enumerate() {
+                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                    for (v, &yv) in row.iter_mut().zip(yr) {
+                                        v.write(yv);
+                                    }
+                                }
+                            }
+                            Some(scale) => {
+                                let y = &mut s.y[..co * w];
+                                for (row, &bias) in y.chunks_mut(w).zip(self.b2) {
+                                    row.fill(bias);
+                                }
+                                let out = y.as_mut_ptr();
+                                self.product(
+                                    false,
+                                    hid,
+                                    (&mut s.h, &mut s.pairs),
+                                    hidden,
+                                    w,
+                                    w,
+                                    out,
+                                    w,
+                                );
+                                for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
+                                    let row = crate::kernels::uninit_row(dst.add(o * hw), w);
+                                    let rr = &r[o * ld + r0..][..w];
+                                    for ((v, &yv), &rv) in row.iter_mut().zip(yr).zip(rr) {
+                                        v.write(rv + yv * g);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        // SAFETY: the tasks cover every (image, pixel block) and each wrote all `co` rows of its
+        // block (the residual + bias or scaled rows above, before the product accumulated into
+        // them); `run_tasks_with` returns only after every task ran, and a panicking task
+        // propagates before this line.
+        unsafe { out.set_len(len) };
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use crate::model::conv::Pointwise;
+
+    /// Random `c -> hid -> c` 1x1 convs.
+    pub(crate) fn random_mlp(c: usize, hid: usize) -> candle_core::Result<(Pointwise, Pointwise)> {
+        let dev = Device::Cpu;
+        let conv = |o: usize, i: usize| {
+            Pointwise::new(
+                &Tensor::randn(0f32, 0.2, (o, i, 1, 1), &dev)?,
+                &Tensor::randn(0f32, 0.5, o, &dev)?,
+            )
+        };
+        Ok((conv(hid, c)?, conv(c, hid)?))
+    }
+
+    #[test]
+    fn matches_the_two_convs() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        // Odd sizes: a last block narrower than COLS, a batch of 2, widths not multiples of 8.
+        for (n, c, h, w) in [(1usize, 48usize, 20usize, 13usize), (2, 12, 7, 40)] {
+            let (conv1, conv2) = random_mlp(c, 2 * c)?;
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
+            let Some(got) = conv1.channel_mixer(&conv2, &x)? else {
+                panic!("the fused path applies to CPU f32");
+            };
+            let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(err <= 1e-6 * scale.max(1.0), "{n}x{c}x{h}x{w}: {err}");
+
+            // The memory fuser's form: another residual, a layer scale, hidden width 4c.
+            let (conv1, conv2) = random_mlp(c, 4 * c)?;
+            let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let g = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let host_g: Vec<f32> = g.to_vec1()?;
+            let y = conv2.forward(&crate::kernels::gelu::gelu(&conv1.forward(&x)?)?)?;
+            let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
+            let Some(got) = conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))? else {
+                panic!("the fused path applies to CPU f32");
+            };
+            let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(
+                err <= 1e-6 * scale.max(1.0),
+                "scaled {n}x{c}x{h}x{w}: {err}"
+            );
+
+            // A narrower output (a projection folded into conv2) with its own residual.
+            let co = c / 4;
+            let (conv1, _) = random_mlp(c, 4 * c)?;
+            let (narrow, _) = random_mlp(4 * c, co)?;
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            let want = narrow.forward_add(&crate::kernels::gelu::gelu(&conv1.forward(&x)?)?, &r)?;
+            let Some(got) = conv1.mlp_residual(&narrow, &x, &r, None)? else {
+                panic!("the fused path applies to CPU f32");
+            };
+            assert_eq!(got.dims(), &[n, co, h, w]);
+            let err = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(
+                err <= 1e-6 * scale.max(1.0),
+                "narrow {n}x{c}x{h}x{w}: {err}"
+            );
+            // A residual of the input's width no longer fits: a typed error, not a panic.
+            assert!(conv1.mlp_residual(&narrow, &x, &x, None).is_err());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod bf16 {
+    use candle_core::{Device, Tensor};
+
+    use super::super::depthwise::Depthwise;
+    use super::tests::random_mlp;
+
+    /// In the bf16 mode the fused mixer computes exactly what the two bf16 convs compute one
+    /// after the other (same roundings, same sums per pixel): the RepViT form, the fuser's
+    /// scaled form, a narrower output and the token mixer inside, at odd sizes.
+    #[test]
+    fn equals_the_two_bf16_convs() -> candle_core::Result<()> {
+        if !crate::kernels::attention::bf16::supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        let bf16 =
+            |(mut a, mut b): (crate::model::conv::Pointwise, crate::model::conv::Pointwise)| {
+                a.set_bf16(true);
+                b.set_bf16(true);
+                (a, b)
+            };
+        let fused =
+            |t: Option<Tensor>| t.ok_or_else(|| candle_core::Error::Msg("no fused path".into()));
+        for (n, c, h, w) in [
+            (1usize, 48usize, 20usize, 13usize),
+            (2, 12, 9, 40),
+            (1, 32, 16, 16),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let (conv1, conv2) = bf16(random_mlp(c, 2 * c)?);
+            let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
+            let got = fused(conv1.channel_mixer(&conv2, &x)?)?;
+            assert!(
+                crate::checks::compare::same_bits(&got, &want)?,
+                "mixer {n}x{c}x{h}x{w}"
+            );
+
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 0.5, c, &dev)?,
+                1,
+                1,
+            )?;
+            let t = dw.forward(&x)?;
+            let want = conv2.forward_add(&conv1.forward_gelu(&t)?, &t)?;
+            let got = fused(conv1.channel_mixer_after(&conv2, &dw, &x)?)?;
+            assert!(
+                crate::checks::compare::same_bits(&got, &want)?,
+                "token mixer {n}x{c}x{h}x{w}"
+            );
+
+            let (conv1, conv2) = bf16(random_mlp(c, 4 * c)?);
+            let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let g = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let host_g: Vec<f32> = g.to_vec1()?;
+            let y = conv2.forward(&conv1.forward_gelu(&x)?)?;
+            let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
+            let got = fused(conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))?)?;
+            assert!(
+                crate::checks::compare::same_bits(&got, &want)?,
+                "scaled {n}x{c}x{h}x{w}"
+            );
+
+            let co = c / 4;
+            let (conv1, _) = bf16(random_mlp(c, 4 * c)?);
+            let (narrow, _) = bf16(random_mlp(4 * c, co)?);
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            let want = narrow.forward_add(&conv1.forward_gelu(&x)?, &r)?;
+            let got = fused(conv1.mlp_residual(&narrow, &x, &r, None)?)?;
+            assert!(
+                crate::checks::compare::same_bits(&got, &want)?,
+                "narrow {n}x{c}x{h}x{w}"
+            );
+
+            // One conv in bf16 and one exact: no fused path (the ops run one by one).
+            let (mut a, b) = random_mlp(c, 2 * c)?;
+            a.set_bf16(true);
+            assert!(a.channel_mixer(&b, &x)?.is_none());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod fused_token_mixer {
+    use candle_core::{Device, Tensor};
+
+    use super::super::depthwise::Depthwise;
+    use super::tests::random_mlp;
+
+    /// Token mixer computed inside the channel mixer's blocks vs the two ops: bit-identical
+    /// (same depthwise operation order, same MLP input), for rows wider and narrower than a
+    /// block, a batch of 2 and a width that splits blocks mid-row.
+    #[test]
+    fn equals_depthwise_then_mixer() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (n, c, h, w) in [
+            (1usize, 16usize, 9usize, 100usize),
+            (2, 8, 7, 20),
+            (1, 24, 5, 64),
+        ] {
+            let (conv1, conv2) = random_mlp(c, 2 * c)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
+                Tensor::randn(0f32, 0.5, c, &dev)?,
+                1,
+                1,
+            )?;
+            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+            let t = dw.forward(&x)?;
+            let want = conv1
+                .channel_mixer(&conv2, &t)?
+                .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+            let got = conv1
+                .channel_mixer_after(&conv2, &dw, &x)?
+                .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+            assert!(
+                crate::checks::compare::same_bits(&got, &want)?,
+                "{n}x{c}x{h}x{w}"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use candle_core::{Device, Tensor};
+
+    /// GFLOP/s of the fused mixer at RepViT-M1's four stage shapes (1024 input):
+    /// `cargo test --release -p edgetam-tracker --lib channel_mixer::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn stage_shapes() -> candle_core::Result<()> {
+        crate::instrument::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        for (c, side, bf16) in [48usize, 96, 192, 384]
+            .into_iter()
+            .flat_map(|c| [(c, 12288 / c, false), (c, 12288 / c, true)])
+            .chain([(256, 64, false), (256, 64, true)])
+        {
+            if bf16 && !crate::kernels::attention::bf16::supported() {
+                continue;
+            }
+            // RepViT's stages (hidden 2c), then the memory fuser's shape (hidden 4c).
+            let hid = if c == 256 { 4 * c } else { 2 * c };
+            let (mut conv1, mut conv2) = super::tests::random_mlp(c, hid)?;
+            conv1.set_bf16(bf16);
+            conv2.set_bf16(bf16);
+            let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
+            let s = crate::instrument::timings::measure::mean_ms(10, || {
+                conv1.channel_mixer(&conv2, &x)
+            })? / 1e3;
+            let flop = 2.0 * 2.0 * (c * hid * side * side) as f64;
+            println!(
+                "c {c:3} hid {hid:4} {side}x{side} {}: {:.2} ms, {:.0} GFLOP/s",
+                if bf16 { "bf16" } else { "f32 " },
+                s * 1e3,
+                flop / s / 1e9
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,555 @@
+//! Depthwise convolution (one filter per channel) as a CPU kernel.
+//!
+//! candle runs a grouped convolution as one small convolution per group, which for RepViT's
+//! 48..384-channel depthwise layers costs more than the rest of the backbone. This kernel walks
+//! each channel plane directly (rows as contiguous slices, so the inner loop vectorizes) and
+//! splits planes over threads. Other devices fall back to candle's grouped `conv2d`.
+
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
+
+use crate::kernels::f32_slice;
+
+/// 16-output vectors per group of [`Kernel::plane_wide`]: 4 independent sums cover the adds'
+/// latency (one at a time, the 7x7's 49 dependent adds per vector bound it).
+const WIDE_VECTORS: usize = 4;
+
+/// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
+/// kernel benchmarks in `benches/`).
+pub struct Depthwise {
+    /// `[C, 1, k, k]`, used by the fallback path.
+    weight: Tensor,
+    /// `[1, C, 1, 1]`, used by the fallback path.
+    bias: Tensor,
+    kernel: Kernel,
+}
+
+/// The host copy of the parameters the CPU kernel reads.
+struct Kernel {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    channels: usize,
+    k: usize,
+    stride: usize,
+    padding: usize,
+}
+
+impl Depthwise {
+    /// `weight` `[C, 1, k, k]` and `bias` `[C]`, both f32.
+    pub fn new(
+        weight: Tensor,
+        bias: Tensor,
+        stride: usize,
+        padding: usize,
+    ) -> candle_core::Result<Self> {
+        let (channels, one, k, k2) = weight.dims4()?;
+        if one != 1 || k != k2 || stride == 0 {
+            candle_core::bail!(
+                "depthwise conv expects a [C, 1, k, k] kernel and stride > 0, got {:?} / stride {stride}",
+                weight.dims()
+            );
+        }
+        let kernel = Kernel {
+            weight: weight.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            bias: bias.to_dtype(DType::F32)?.to_vec1()?,
+            channels,
+            k,
+            stride,
+            padding,
+        };
+        let bias = bias.reshape((1, channels, 1, 1))?;
+        Ok(Self {
+            weight,
+            bias,
+            kernel,
+        })
+    }
+
+    /// Whether this is a stride-1 "same" convolution, which [`Self::row_segment`] computes
+    /// piecewise (RepViT's token mixers, fused into the channel mixer's pixel blocks).
+    pub(crate) fn is_same_size(&self) -> bool {
+        let k = &self.kernel;
+        k.stride == 1 && 2 * k.padding + 1 == k.k
+    }
+
+    /// Channels.
+    pub(crate) fn channels(&self) -> usize {
+        self.kernel.channels
+    }
+
+    /// Outputs `ox0 .. ox0 + out.len()` of row `oy` of channel `c` for a stride-1 "same"
+    /// convolution of `plane` (`h x w`), with the per-output operation order of the whole-plane
+    /// kernel (bias, then every tap inside the image in row-major order), so the values are
+    /// bit-identical to [`Self::forward`]'s.
+    pub(crate) fn row_segment(
+        &self,
+        c: usize,
+        plane: &[f32],
+        hw: (usize, usize),
+        at: (usize, usize),
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F (checked just above).
+                unsafe { self.row_segment_avx512(c, plane, hw, at, out) };
+                return;
+            }
+        }
+        self.row_segment_body(c, plane, hw, at, out);
+    }
+
+    /// [`Self::row_segment`] in AVX-512 vectors: the callers (the channel mixer's tasks) are
+    /// not compiled for it. Same operations (no FMA contraction), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_segment_avx512(
+        &self,
+        c: usize,
+        plane: &[f32],
+        hw: (usize, usize),
+        at: (usize, usize),
+        out: &mut [f32],
+    ) {
+        self.row_segment_body(c, plane, hw, at, out);
+    }
+
+    #[inline(always)]
+    fn row_segment_body(
+        &self,
+        c: usize,
+        plane: &[f32],
+        (h, w): (usize, usize),
+        (oy, ox0): (usize, usize),
+        out: &mut [f32],
+    ) {
+        let Kernel {
+            k,
+            padding: p,
+            ref weight,
+            ref bias,
+            ..
+        } = self.kernel;
+        let wk = &weight[c * k * k..(c + 1) * k * k];
+        out.fill(bias[c]);
+        let ox1 = ox0 + out.len();
+        for ky in 0..k {
+            let iy = (oy + ky) as isize - p as isize;
+            if iy < 0 || iy >= h as isize {
+                continue;
+            }
+            let irow = &plane[iy as usize * w..(iy as usize + 1) * w];
+            for (kx, &wv) in wk[ky * k..(ky + 1) * k].iter().enumerate() {
+                // Outputs whose input column `ox + kx - p` lies inside the row.
+                let lo = ox0.max(p.saturating_sub(kx));
+                let hi = ox1.min((w + p).saturating_sub(kx));
+                if lo >= hi {
+                    continue;
+                }
+                let src = &irow[lo + kx - p..hi + kx - p];
+                for (o, i) in out[lo - ox0..hi - ox0].iter_mut().zip(src) {
+                    *o += wv * i;
+                }
+            }
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            x.contiguous()?.apply_op1_no_bwd(&self.kernel)
+        } else {
+            let k = &self.kernel;
+            x.conv2d(&self.weight, k.padding, k.stride, 1, k.channels)?
+                .broadcast_add(&self.bias)
+        }
+    }
+}
+
+impl Kernel {
+    fn out_size(&self, n: usize) -> usize {
+        (n + 2 * self.padding).saturating_sub(self.k) / self.stride + 1
+    }
+
+    /// [`Self::plane`] in the widest vectors the CPU has (`wide`: AVX-512F detected). Only the
+    /// vector width changes (no FMA contraction), so results are bit-identical.
+    #[allow(clippy::too_many_arguments)]
+    fn plane_dispatch(
+        &self,
+        wide: bool,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            // SAFETY: `wide` is only set when the CPU reports AVX-512F.
+            unsafe { self.plane_avx512(c, inp, h, w, out, oh, ow) };
+            return;
+        }
+        let _ = wide;
+        self.plane(false, c, inp, h, w, out, oh, ow);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn plane_avx512(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        self.plane(true, c, inp, h, w, out, oh, ow);
+    }
+
+    /// One channel plane: the memory fuser's 7x7 (stride 1) in one pass per output vector
+    /// ([`Self::plane_wide`]), everything else tap by tap.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn plane(
+        &self,
+        wide: bool,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        if self.stride == 1 && self.k >= 5 && 2 * self.padding + 1 == self.k {
+            self.plane_wide(wide, c, inp, h, w, out, oh, ow);
+        } else {
+            self.plane_taps(c, inp, h, w, out, oh, ow);
+        }
+    }
+
+    /// Stride 1, "same" padding, large kernels: [`WIDE_VECTORS`] x 16 outputs of a row at a
+    /// time accumulate all `k * k` taps in registers (independent sums, so the adds overlap),
+    /// reading zero-padded copies of the `k` input rows, kept in a ring (one row copied per
+    /// output row). The tap-by-tap form makes `k * k` passes over every output row with
+    /// per-tap bookkeeping: for the 7x7 on 64-wide rows that bookkeeping was most of the time.
+    /// Per output the sum runs in the same order (bias, then taps row by row, each product
+    /// rounded before its add); a padding tap adds `w * 0`, so the values are equal to the
+    /// tap-by-tap form's.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn plane_wide(
+        &self,
+        wide: bool,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        const L: usize = 16;
+        const V: usize = WIDE_VECTORS;
+        let (k, p) = (self.k, self.padding);
+        let wk = &self.weight[c * k * k..(c + 1) * k * k];
+        let b = self.bias[c];
+        // Input row `iy` padded (`p` zeros, the row, zeros to whole groups of vectors) in slot
+        // `(iy + p) % k`.
+        let len = ow.div_ceil(L * V) * L * V + k;
+        let mut pad = vec![0f32; k * len];
+        let load = |pad: &mut [f32], shifted: usize| {
+            let row = &mut pad[(shifted % k) * len..][..len];
+            match shifted.checked_sub(p).filter(|&iy| iy < h) {
+                Some(iy) => row[p..p + w].copy_from_slice(&inp[iy * w..(iy + 1) * w]),
+                None => row.fill(0.0),
+            }
+        };
+        for shifted in 0..k.saturating_sub(1) {
+            load(&mut pad, shifted);
+        }
+        for oy in 0..oh {
+            load(&mut pad, oy + k - 1);
+            let orow = &mut out[oy * ow..(oy + 1) * ow];
+            for x0 in (0..ow).step_by(L * V) {
+                let mut acc = [[b; L]; V];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: `wide` is only set when the CPU reports AVX-512F.
+                    unsafe { wide_group(&mut acc, &pad, len, (oy, x0), wk, k) };
+                } else {
+                    narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
+                let n = (ow - x0).min(L * V);
+                for (o, a) in orow[x0..x0 + n].chunks_mut(L).zip(&acc) {
+                    o.copy_from_slice(&a[..o.len()]);
+                }
+            }
+        }
+    }
+
+    /// One channel plane, tap by tap: `out` starts at the bias and accumulates each tap as a
+    /// row update.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn plane_taps(
+        &self,
+        c: usize,
+        inp: &[f32],
+        h: usize,
+        w: usize,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        let (k, s, p) = (self.k, self.stride, self.padding);
+        let wk = &self.weight[c * k * k..(c + 1) * k * k];
+        out.fill(self.bias[c]);
+        for oy in 0..oh {
+            let orow = &mut out[oy * ow..(oy + 1) * ow];
+            for ky in 0..k {
+                let iy = (oy * s + ky) as isize - p as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                let iy = iy as usize;
+                let irow = &inp[iy * w..(iy + 1) * w];
+                for kx in 0..k {
+                    let wv = wk[ky * k + kx];
+                    // Output columns whose input column `ox*s + kx - p` lies inside the row.
+                    let lo = if kx >= p { 0 } else { (p - kx).div_ceil(s) };
+                    let hi = if w + p > kx {
+                        ((w + p - kx - 1) / s + 1).min(ow)
+                    } else {
+                        0
+                    };
+                    if lo >= hi {
+                        continue;
+                    }
+                    if s == 1 {
+                        let start = lo + kx - p;
+                        let src = &irow[start..start + (hi - lo)];
+                        for (o, i) in orow[lo..hi].iter_mut().zip(src) {
+                            *o += wv * i;
+                        }
+                    } else {
+                        for (ox, o) in orow.iter_mut().enumerate().take(hi).skip(lo) {
+                            *o += wv * irow[ox * s + kx - p];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl CustomOp1 for Kernel {
+    fn name(&self) -> &'static str {
+        "depthwise-conv2d"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, c, h, w) = layout.shape().dims4()?;
+        if c != self.channels {
+            candle_core::bail!(
+                "depthwise conv has {} channels, input has {c}",
+                self.channels
+            );
+        }
+        let data = f32_slice(storage, layout, "depthwise conv input")?;
+        let (oh, ow) = (self.out_size(h), self.out_size(w));
+        let planes = n * c;
+        #[cfg(target_arch = "x86_64")]
+        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        // One plane per task, handed out dynamically (the machine is shared); each plane is
+        // zeroed by its worker right before the kernel writes it (in cache: one pass over
+        // the output instead of a separate zeroing pass).
+        let plane_len = oh * ow;
+        let out = crate::kernels::output_in_chunks(planes * plane_len, plane_len, |plane, o| {
+            let inp = &data[plane * h * w..(plane + 1) * h * w];
+            self.plane_dispatch(wide, plane % c, inp, h, w, o, oh, ow);
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
+    }
+}
+
+/// One group of [`WIDE_VECTORS`] x 16 outputs of output row `oy` from column `x0`: `acc`
+/// (filled with the bias) accumulates every tap in order from the padded row ring `pad` (`k`
+/// rows of `len`, slot `(oy + ky) % k` for kernel row `ky`).
+#[inline(always)]
+fn narrow_group(
+    acc: &mut [[f32; 16]; WIDE_VECTORS],
+    pad: &[f32],
+    len: usize,
+    (oy, x0): (usize, usize),
+    wk: &[f32],
+    k: usize,
+) {
+    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
+        let row = &pad[((oy + ky) % k) * len..][..len];
+        for (kx, &wv) in wrow.iter().enumerate() {
+            for (v, a) in acc.iter_mut().enumerate() {
+                let src = &row[x0 + kx + v * 16..][..16];
+                for (a, &x) in a.iter_mut().zip(src) {
+                    *a += wv * x;
+                }
+            }
+        }
+    }
+}
+
+/// [`narrow_group`] in AVX-512 registers (the same multiplies and adds, not fused).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn wide_group(
+    acc: &mut [[f32; 16]; WIDE_VECTORS],
+    pad: &[f32],
+    len: usize,
+    (oy, x0): (usize, usize),
+    wk: &[f32],
+    k: usize,
+) {
+    use std::arch::x86_64::*;
+    if pad.len() < k * len || x0 + k + 16 * WIDE_VECTORS > len + 1 {
+        // Not the ring `plane_wide` builds: the checked form.
+        narrow_group(acc, pad, len, (oy, x0), wk, k);
+        return;
+    }
+    let mut r: [__m512; WIDE_VECTORS] = std::array::from_fn(|v| _mm512_loadu_ps(acc[v].as_ptr()));
+    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
+        // SAFETY: slot `(oy + ky) % k < k` lies in `pad` (checked above).
+        let row = unsafe { pad.as_ptr().add(((oy + ky) % k) * len + x0) };
+        for (kx, &wv) in wrow.iter().enumerate() {
+            let wv = _mm512_set1_ps(wv);
+            for (v, a) in r.iter_mut().enumerate() {
+                // SAFETY: `x0 + kx + 16 v + 16 <= x0 + k - 1 + 16 WIDE_VECTORS <= len`.
+                let x = unsafe { _mm512_loadu_ps(row.add(kx + 16 * v)) };
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, x));
+            }
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(r) {
+        _mm512_storeu_ps(a.as_mut_ptr(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The kernel must agree with candle's grouped convolution for every stride/padding used.
+    #[test]
+    fn matches_grouped_conv() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (k, s, p, h, w) in [
+            (3, 1, 1, 9, 7),
+            (3, 2, 1, 9, 8),
+            (3, 2, 1, 8, 8),
+            (1, 1, 0, 5, 4),
+        ] {
+            let c = 5;
+            let x = Tensor::randn(0f32, 1.0, (2, c, h, w), &dev)?;
+            let wt = Tensor::randn(0f32, 1.0, (c, 1, k, k), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, c, &dev)?;
+            let dw = Depthwise::new(wt.clone(), b.clone(), s, p)?;
+            let ours = dw.forward(&x)?;
+            let theirs = x
+                .conv2d(&wt, p, s, 1, c)?
+                .broadcast_add(&b.reshape((1, c, 1, 1))?)?;
+            assert_eq!(ours.dims(), theirs.dims());
+            let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert!(d < 1e-5, "k{k} s{s} p{p} {h}x{w}: {d}");
+        }
+        Ok(())
+    }
+
+    /// The one-pass wide-kernel planes against the tap-by-tap form: equal values (same sum
+    /// order), at widths around the 16-lane vectors.
+    #[test]
+    fn wide_kernel_equals_tap_by_tap() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (k, h, w) in [
+            (7usize, 9usize, 7usize),
+            (7, 20, 33),
+            (5, 4, 16),
+            (7, 3, 2),
+            (7, 64, 64),
+            (7, 9, 100),
+            (7, 70, 37),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
+                Tensor::randn(0f32, 1.0, 1, &dev)?,
+                1,
+                k / 2,
+            )?;
+            let kern = &dw.kernel;
+            let (oh, ow) = (kern.out_size(h), kern.out_size(w));
+            let inp = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut b = vec![0f32; oh * ow];
+            kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
+            // The portable group, and the AVX-512 one where the CPU has it.
+            let wide = crate::kernels::gemm::avx512();
+            for registers in [false, wide] {
+                let mut a = vec![0f32; oh * ow];
+                kern.plane_wide(registers, 0, &inp, h, w, &mut a, oh, ow);
+                assert_eq!(a, b, "k {k}, {h}x{w}, AVX-512 {registers}");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use candle_core::Device;
+
+    /// Time per call of the memory fuser's 7x7 (256 channels, 64x64 at 1024) and of RepViT's 3x3
+    /// token mixers (the register form of the 7x7 ran 2x slower there: they are memory-bound):
+    /// `cargo test --release -p edgetam-tracker --lib depthwise::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn fuser_shape() -> candle_core::Result<()> {
+        crate::instrument::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        // (channels, side, kernel): the fuser's 7x7, then RepViT's stride-1 3x3 token mixers.
+        for (c, side, k) in [
+            (256usize, 64usize, 7usize),
+            (48, 256, 3),
+            (96, 128, 3),
+            (192, 64, 3),
+            (384, 32, 3),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 1.0, (c, 1, k, k), &dev)?,
+                Tensor::randn(0f32, 1.0, c, &dev)?,
+                1,
+                k / 2,
+            )?;
+            println!(
+                "{k}x{k} depthwise, {c} x {side}x{side}: {:.2} ms",
+                crate::instrument::timings::measure::mean_ms(20, || dw.forward(&x))?
+            );
+        }
+        Ok(())
+    }
+}

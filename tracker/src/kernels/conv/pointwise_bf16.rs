@@ -1,0 +1,366 @@
+//! 1x1 convolutions with bf16 products and f32 accumulation (the `bf16` fast mode).
+//!
+//! `out[o][p] = start[o][p] + sum_c w[o][c] x[c][p]` in NCHW, where `start` already holds the
+//! bias (and residual). Lanes run along pixels: the input is rounded to bf16 and interleaved in
+//! channel pairs (`(x[2c][p], x[2c+1][p])` per lane), the weight is rounded once into
+//! `(w[o][2c], w[o][2c+1])` pairs that are broadcast. Tiles of 4 output channels x 64 pixels
+//! sit in registers; each worker owns a range of pixels, so its slice of the packed input stays
+//! in cache while every output channel reads it.
+
+use crate::kernels::attention::bf16::bf16_bits;
+
+/// Pixels per task of [`conv`] (a multiple of 64): its local output block (`out x 256`
+/// floats, 256 KiB at 256 channels) stays in L2.
+const PIXELS_PER_TASK: usize = 256;
+/// Row stride of [`conv`]'s local block: not a power of two (see there).
+const LOCAL_STRIDE: usize = PIXELS_PER_TASK + 16;
+
+/// Input channel pairs per pass over a 64-pixel strip: their packed rows (24 KiB) stay in L1
+/// while every output channel reads them. Without the split, the 768-wide hidden of RepViT's
+/// last stage (96 KiB per strip) streamed from L2 for each 4 outputs: its channel mixer ran at
+/// ~205 GFLOP/s, with it ~385 (2 threads; `channel_mixer::speed`).
+const K_PAIRS: usize = 96;
+
+/// A 1x1 convolution's weight `[out, in]` as bf16 channel pairs, `in` even.
+#[derive(Debug)]
+pub(crate) struct PackedWeight {
+    pairs: Vec<u32>,
+    pub(crate) out_ch: usize,
+    pub(crate) in_ch: usize,
+}
+
+impl PackedWeight {
+    /// `None` when the kernel does not apply (odd input width, or no AVX512-BF16).
+    pub(crate) fn new(weight: &[f32], out_ch: usize, in_ch: usize) -> Option<Self> {
+        if !crate::kernels::attention::bf16::supported()
+            || in_ch == 0
+            || !in_ch.is_multiple_of(2)
+            || weight.len() != out_ch * in_ch
+        {
+            return None;
+        }
+        let mut pairs = Vec::with_capacity(out_ch * in_ch / 2);
+        for o in 0..out_ch {
+            let row = &weight[o * in_ch..(o + 1) * in_ch];
+            pairs.extend(
+                row.chunks_exact(2)
+                    .map(|p| bf16_bits(p[0]) | (bf16_bits(p[1]) << 16)),
+            );
+        }
+        Some(Self {
+            pairs,
+            out_ch,
+            in_ch,
+        })
+    }
+}
+
+/// `start + w x` for `x` `images x in_ch x hw`, where `start` is the bias per output channel
+/// plus `residual` (`images x out_ch x hw`) when given. Each task takes [`PIXELS_PER_TASK`]
+/// pixels: it fills a local block (rows [`LOCAL_STRIDE`] apart) with the start values,
+/// accumulates the product into it and copies it out. In place, the tiles' rows would lie `hw`
+/// floats apart, a power of two at every map size here, which puts all rows of a tile in the
+/// same cache sets (the 256 -> 256 conv at 64x64 ran at ~170 GFLOP/s that way).
+pub(crate) fn conv(
+    w: &PackedWeight,
+    x: &[f32],
+    hw: usize,
+    images: usize,
+    bias: &[f32],
+    residual: Option<&[f32]>,
+) -> candle_core::Result<Vec<f32>> {
+    let (oc, ic) = (w.out_ch, w.in_ch);
+    let len = images * oc * hw;
+    if x.len() != images * ic * hw || bias.len() != oc || residual.is_some_and(|r| r.len() != len) {
+        candle_core::bail!(
+            "bf16 1x1 conv {ic}->{oc}: {} input values, {} biases and {:?} residual values for \
+             {images} images of {hw} pixels",
+            x.len(),
+            bias.len(),
+            residual.map(<[f32]>::len)
+        );
+    }
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    if len == 0 {
+        return Ok(out);
+    }
+    let chunks = hw.div_ceil(PIXELS_PER_TASK);
+    // Tasks write disjoint pixel ranges of the output rows; its address travels as an integer.
+    let out_addr = out.as_mut_ptr() as usize;
+    crate::kernels::run_tasks_with(
+        (0..images * chunks).collect(),
+        crate::kernels::threads(),
+        || {
+            (
+                block_scratch(ic, PIXELS_PER_TASK),
+                vec![0f32; oc * LOCAL_STRIDE],
+            )
+        },
+        |(packed, block), task| {
+            let (b, p0) = (task / chunks, (task % chunks) * PIXELS_PER_TASK);
+            let n = PIXELS_PER_TASK.min(hw - p0);
+            for (o, (row, &bo)) in block.chunks_mut(LOCAL_STRIDE).zip(bias).enumerate() {
+                let row = &mut row[..n];
+                match residual {
+                    Some(r) => {
+                        let r = &r[(b * oc + o) * hw + p0..][..n];
+                        for (v, &rv) in row.iter_mut().zip(r) {
+                            *v = rv + bo;
+                        }
+                    }
+                    None => row.fill(bo),
+                }
+            }
+            // SAFETY: image `b`'s input holds `ic x hw` values from `b * ic * hw`; `block` is
+            // this worker's `oc x LOCAL_STRIDE` buffer, `n <= LOCAL_STRIDE`.
+            unsafe {
+                accumulate_block(
+                    w,
+                    &x[b * ic * hw + p0..],
+                    hw,
+                    n,
+                    packed,
+                    block.as_mut_ptr(),
+                    LOCAL_STRIDE,
+                );
+            }
+            let dst = (out_addr as *mut f32).wrapping_add(b * oc * hw + p0);
+            for (o, row) in block.chunks(LOCAL_STRIDE).enumerate() {
+                // SAFETY: pixels `p0..p0 + n` of output row `o` of image `b`: inside the
+                // allocation, written by this task only.
+                let fresh = unsafe { crate::kernels::uninit_row(dst.add(o * hw), n) };
+                for (v, &y) in fresh.iter_mut().zip(&row[..n]) {
+                    v.write(y);
+                }
+            }
+        },
+    );
+    // SAFETY: the tasks cover every (image, pixel range) and each wrote all `oc` rows of its
+    // range; `run_tasks_with` returns only after every task ran (a panic propagates first).
+    unsafe { out.set_len(len) };
+    Ok(out)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::PackedWeight;
+    use crate::kernels::attention::bf16::interleave_bf16;
+
+    /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs (`ic/2`
+    /// rows of `n64` lanes, `n64 = n` rounded up to 16, padded with zeros).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn pack(x: &[f32], ld: usize, ic: usize, n: usize, out: &mut [u32]) {
+        let stride = n.div_ceil(16) * 16;
+        for (cp, row) in out.chunks_mut(stride).enumerate().take(ic / 2) {
+            let (body, tail) = row.split_at_mut(n);
+            let a = &x[2 * cp * ld..][..n];
+            let b = &x[(2 * cp + 1) * ld..][..n];
+            interleave_bf16(a, Some(b), body);
+            tail.fill(0);
+        }
+    }
+
+    /// `R` output channels x 4 blocks of 16 pixels: packed lanes `q..q+64`, output pixels
+    /// `q..q+valid` of rows `ld` apart (`valid <= 64`; the rest is masked).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block<const R: usize>(
+        w: &PackedWeight,
+        o0: usize,
+        ks: std::ops::Range<usize>,
+        packed: &[u32],
+        stride: usize,
+        q: usize,
+        valid: usize,
+        out: *mut f32,
+        ld: usize,
+    ) {
+        const C: usize = 4;
+        let kp = w.in_ch / 2;
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let masks: [__mmask16; C] = std::array::from_fn(|c| {
+            let v = valid.saturating_sub(c * 16).min(16);
+            ((1u32 << v) - 1) as u16
+        });
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                *a = _mm512_maskz_loadu_ps(masks[c], out.add((o0 + r) * ld + q + c * 16));
+            }
+        }
+        for k in ks {
+            let base = packed.as_ptr().add(k * stride + q);
+            let mut b = [_mm512_setzero_si512(); C];
+            for (c, bc) in b.iter_mut().enumerate() {
+                *bc = _mm512_loadu_si512(base.add(c * 16).cast());
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    w.pairs[(o0 + r) * kp + k] as i32,
+                ));
+                for (c, x) in row.iter_mut().enumerate() {
+                    *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (c, a) in row.iter().enumerate() {
+                _mm512_mask_storeu_ps(out.add((o0 + r) * ld + q + c * 16), masks[c], *a);
+            }
+        }
+    }
+
+    /// `n` pixels of every output channel: the input planes `ld_x` apart, the output rows
+    /// `ld_out` apart, both from the block's first pixel; `packed` holds `in/2 * n` lanes plus
+    /// 64 of slack (the last tile reads whole 64-lane groups).
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn task(
+        w: &PackedWeight,
+        x: &[f32],
+        ld_x: usize,
+        n: usize,
+        packed: &mut [u32],
+        out: *mut f32,
+        ld_out: usize,
+    ) {
+        pack(x, ld_x, w.in_ch, n, packed);
+        let (stride, oc) = (n.div_ceil(16) * 16, w.out_ch);
+        let kp = w.in_ch / 2;
+        let mut q = 0;
+        while q < n {
+            let valid = (n - q).min(64);
+            let mut k0 = 0;
+            while k0 < kp {
+                let ks = k0..(k0 + super::K_PAIRS).min(kp);
+                // Output channels innermost: the strip's `K_PAIRS` packed rows stay in L1 for
+                // all of them.
+                let mut o = 0;
+                while o < oc {
+                    if oc - o >= 4 {
+                        block::<4>(w, o, ks.clone(), packed, stride, q, valid, out, ld_out);
+                        o += 4;
+                    } else {
+                        block::<1>(w, o, ks.clone(), packed, stride, q, valid, out, ld_out);
+                        o += 1;
+                    }
+                }
+                k0 = ks.end;
+            }
+            q += 64;
+        }
+    }
+}
+
+/// Scratch [`accumulate_block`] needs for `in_ch` channels of `n` pixels.
+pub(crate) fn block_scratch(in_ch: usize, n: usize) -> Vec<u32> {
+    vec![0u32; in_ch / 2 * n.div_ceil(16) * 16 + 64]
+}
+
+/// Accumulates `w x` into one block of `n` pixels: `x` holds `w.in_ch` planes `ld_x` apart,
+/// `out` `w.out_ch` pre-filled rows `ld_out` apart, both from the block's first pixel.
+///
+/// # Safety
+/// `x` must hold `(in_ch - 1) * ld_x + n` values, `scratch` come from [`block_scratch`] for
+/// (at least) `in_ch` and `n`, and `out .. out + (out_ch - 1) * ld_out + n` be writable by
+/// this caller alone; the CPU must have AVX512-BF16 (true wherever a [`PackedWeight`] exists).
+pub(crate) unsafe fn accumulate_block(
+    w: &PackedWeight,
+    x: &[f32],
+    ld_x: usize,
+    n: usize,
+    scratch: &mut [u32],
+    out: *mut f32,
+    ld_out: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: per the caller.
+    unsafe {
+        x86::task(w, x, ld_x, n, scratch, out, ld_out);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (w, x, ld_x, n, scratch, out, ld_out);
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use crate::model::conv::Pointwise;
+
+    fn rel(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
+        let d = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        let n = b.sqr()?.sum_all()?.to_scalar::<f32>()?;
+        Ok((d / n).sqrt())
+    }
+
+    /// bf16 1x1 convolutions against the exact ones: odd channel counts, pixel counts that are
+    /// not multiples of 16 or span several tasks, a batch of 2, residual and GELU epilogues.
+    #[test]
+    fn matches_the_exact_conv_within_bf16_rounding() -> candle_core::Result<()> {
+        if !crate::kernels::attention::bf16::supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (n, ci, co, h, w) in [
+            (1usize, 48usize, 96usize, 40usize, 40usize),
+            (2, 24, 6, 13, 11),
+            (1, 256, 32, 64, 64),
+        ] {
+            let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, co, &dev)?;
+            let exact = Pointwise::new(&wt, &b)?;
+            let mut fast = Pointwise::new(&wt, &b)?;
+            fast.set_bf16(true);
+            let x = Tensor::randn(0f32, 1.0, (n, ci, h, w), &dev)?;
+            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+            for (name, want, got) in [
+                ("plain", exact.forward(&x)?, fast.forward(&x)?),
+                ("gelu", exact.forward_gelu(&x)?, fast.forward_gelu(&x)?),
+                (
+                    "residual",
+                    exact.forward_add(&x, &r)?,
+                    fast.forward_add(&x, &r)?,
+                ),
+            ] {
+                let e = rel(&got, &want)?;
+                assert!(
+                    e < 1e-2 && e > 0.0,
+                    "{name} {n}x{ci}->{co} {h}x{w}: rel {e:e}"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use candle_core::{Device, Tensor};
+
+    use crate::model::conv::Pointwise;
+
+    /// Time per call of the memory encoder's 256 -> 256 1x1 convs at 64x64 (exact and bf16):
+    /// `cargo test --release -p edgetam-tracker --lib pointwise_bf16::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn memory_encoder_shape() -> candle_core::Result<()> {
+        crate::instrument::allocator::keep_freed_memory();
+        let dev = Device::Cpu;
+        let wt = Tensor::randn(0f32, 0.1, (256, 256, 1, 1), &dev)?;
+        let b = Tensor::randn(0f32, 1.0, 256, &dev)?;
+        let x = Tensor::randn(0f32, 1.0, (1, 256, 64, 64), &dev)?;
+        for bf16 in [false, true] {
+            let mut conv = Pointwise::new(&wt, &b)?;
+            conv.set_bf16(bf16);
+            let s = crate::instrument::timings::measure::mean_ms(20, || conv.forward(&x))? / 1e3;
+            println!(
+                "256 -> 256 at 64x64, bf16 {bf16}: {:.2} ms, {:.0} GFLOP/s",
+                s * 1e3,
+                2.0 * 256.0 * 256.0 * 4096.0 / s / 1e9
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,710 @@
+//! Exact f32 matrix products with an AVX-512 register-tile kernel and pre-packed right-hand
+//! sides.
+//!
+//! Why not the `gemm` crate candle ships: on stable Rust it runs its AVX2 16x6 kernel, and it
+//! packs both operands on every call. The memory attention multiplies the same keys, values and
+//! weights many times per frame (every query tile of the fused attention re-packs its key and
+//! value tiles), and `perf` put more than half of all cycles there at about 66 % of the FMA
+//! peak. Here the right-hand side `B` is packed once (per attention call, or once at load for a
+//! weight) into panels of [`NR`] columns, the left-hand side is read in place (its elements are
+//! broadcast straight from memory), and an 8 x 32 tile of `C` stays in 16 zmm registers for a
+//! whole `KC` block of the inner dimension.
+//!
+//! The products are exact f32 (fused multiply-adds, f32 accumulation); only the summation
+//! order differs from other kernels, which is float noise. CPUs without AVX-512F take the
+//! `gemm` crate (same results within float noise).
+
+/// Columns per packed panel (two zmm registers).
+pub const NR: usize = 32;
+/// Rows of `C` per register tile.
+const MR: usize = 12;
+/// Inner-dimension block: an `MR x KC` slice of `A` stays in L1 while the panels stream from L2.
+const KC: usize = 256;
+/// Panels swept per row block: `KC x NR x 8` floats (256 KiB) of `B` stay in L2 while every row
+/// block of `A` passes over them.
+const PANELS_PER_GROUP: usize = 8;
+/// Columns of a row-major `B` packed per task by [`gemm_rows`].
+#[cfg(test)]
+const NC: usize = NR * PANELS_PER_GROUP;
+
+/// A right-hand side `B` (`k x n`) packed in panels of [`NR`] columns: panel `p` holds rows
+/// `0..k`, each `NR` floats (columns `p*NR..p*NR+NR`, zero-padded past `n`).
+#[derive(Debug, Clone, Default)]
+pub struct PackedB {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+}
+
+impl PackedB {
+    /// Packs a row-major `k x n` matrix `b` with row stride `ldb`.
+    pub fn from_rows(b: &[f32], k: usize, n: usize, ldb: usize) -> Self {
+        let mut out = Self::zeroed(k, n);
+        out.fill_from_rows(b, ldb);
+        out
+    }
+
+    /// Packs `B = bt^T` where `bt` is a row-major `n x k` matrix with row stride `ldbt` (the
+    /// keys of an attention, or a linear layer's `[out, in]` weight).
+    pub fn from_transposed(bt: &[f32], n: usize, k: usize, ldbt: usize) -> Self {
+        let mut out = Self::zeroed(k, n);
+        out.fill_from_transposed(bt, ldbt);
+        out
+    }
+
+    /// A zeroed buffer for `k x n`, to be filled in place later (per-worker scratch).
+    pub fn zeroed(k: usize, n: usize) -> Self {
+        Self {
+            data: vec![0.0; n.div_ceil(NR) * k * NR],
+            k,
+            n,
+        }
+    }
+
+    /// Packs the first `n` columns of a row-major `k x n` matrix into a buffer made for at
+    /// least `n` columns (its `k` rows), in place.
+    pub fn fill_columns_from_rows(&mut self, b: &[f32], ldb: usize, n: usize) {
+        assert!(
+            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            "PackedB: {n} columns exceed the buffer"
+        );
+        self.n = n;
+        self.fill_from_rows(b, ldb);
+    }
+
+    /// Re-packs a row-major `k x n` matrix (this buffer's shape) in place (no allocation).
+    pub fn fill_from_rows(&mut self, b: &[f32], ldb: usize) {
+        let (k, n) = (self.k, self.n);
+        for (p, panel) in self
+            .data
+            .chunks_mut(k * NR)
+            .take(n.div_ceil(NR))
+            .enumerate()
+        {
+            let j0 = p * NR;
+            let w = NR.min(n - j0);
+            if w == NR {
+                // Fixed-size copies compile to two vector moves (no `memcpy` call per row).
+                for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
+                    if let (Ok(dst), Ok(src)) = (
+                        <&mut [f32; NR]>::try_from(row),
+                        <&[f32; NR]>::try_from(&b[kk * ldb + j0..][..NR]),
+                    ) {
+                        *dst = *src;
+                    }
+                }
+            } else {
+                for (kk, row) in panel.chunks_mut(NR).enumerate() {
+                    row[..w].copy_from_slice(&b[kk * ldb + j0..][..w]);
+                }
+            }
+        }
+    }
+
+    /// Re-packs the first `n` columns from `bt^T` (`bt` row-major `n x k`) into a buffer made
+    /// for at least `n` columns (per-worker scratch, like [`Self::fill_columns_from_rows`]).
+    pub fn fill_columns_from_transposed(&mut self, bt: &[f32], ldbt: usize, n: usize) {
+        assert!(
+            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            "PackedB: {n} columns exceed the buffer"
+        );
+        self.n = n;
+        self.fill_from_transposed(bt, ldbt);
+    }
+
+    /// Re-packs `bt^T` (`bt` row-major `n x k`, this buffer's shape) in place.
+    pub fn fill_from_transposed(&mut self, bt: &[f32], ldbt: usize) {
+        let (k, n) = (self.k, self.n);
+        for (p, panel) in self
+            .data
+            .chunks_mut(k * NR)
+            .take(n.div_ceil(NR))
+            .enumerate()
+        {
+            let j0 = p * NR;
+            let w = NR.min(n - j0);
+            for j in 0..w {
+                let src = &bt[(j0 + j) * ldbt..][..k];
+                for (kk, &x) in src.iter().enumerate() {
+                    panel[kk * NR + j] = x;
+                }
+            }
+        }
+    }
+
+    /// Rows (the inner dimension).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+}
+
+/// `C[m x n] (+)= A[m x k] * B[k x n]` for rows `k_range` of `B` (so `A`'s columns are
+/// `0..k_range.len()`) and columns `n_range` of `B` (`C`'s columns `0..n_range.len()`).
+/// `n_range.start` must be a multiple of [`NR`]. `A` is row-major with stride `lda`, `C` with
+/// stride `ldc`; `accumulate` adds to `C` instead of overwriting it.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    let k = k_range.len();
+    let n = n_range.len();
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        n_range.start.is_multiple_of(NR) && n_range.end <= b.n && k_range.end <= b.k,
+        "gemm_packed: column range {n_range:?} / row range {k_range:?} outside B {}x{}",
+        b.k,
+        b.n
+    );
+    assert!(
+        (k == 0 || a.len() >= (m - 1) * lda + k) && c.len() >= (m - 1) * ldc + n,
+        "gemm_packed: A or C too short"
+    );
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                c[r * ldc..][..n].fill(0.0);
+            }
+        }
+        return;
+    }
+    // SAFETY: the asserts above bound every access to `a`, `b` and `c`.
+    unsafe {
+        packed_unchecked(
+            m,
+            a,
+            lda,
+            b,
+            k_range,
+            n_range,
+            c.as_mut_ptr(),
+            ldc,
+            accumulate,
+        )
+    }
+}
+
+/// [`gemm_packed`] without the checks, writing through a pointer (threads that own disjoint
+/// column ranges of one `C`).
+///
+/// # Safety
+/// `a` holds `m x k_range.len()` (stride `lda`), `c` addresses `m x n_range.len()` writable
+/// floats (stride `ldc`) that nothing else accesses during the call, `n_range.start` is a
+/// multiple of [`NR`] and both ranges lie inside `b`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn packed_unchecked(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: AVX-512F is present; the caller bounds the operands.
+        unsafe { avx512::gemm(m, a, lda, b, k_range, n_range, c, ldc, accumulate) };
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { portable(m, a, lda, b, k_range, n_range, c, ldc, accumulate) }
+}
+
+/// `C[m x n] (+)= A[m x k] * B[k x n]` for a row-major `B` (stride `ldb`) that changes every
+/// call (an activation): each task packs [`NC`] columns of `B` into a per-worker buffer and
+/// multiplies all rows of `A` into them, on up to `workers` threads. Without AVX-512F this is
+/// the `gemm` crate on the unpacked operands.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_rows(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    k: usize,
+    n: usize,
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    workers: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        (k == 0 || (a.len() >= (m - 1) * lda + k && b.len() >= (k - 1) * ldb + n))
+            && c.len() >= (m - 1) * ldc + n,
+        "gemm_rows: an operand is too short"
+    );
+    if !avx512() || k == 0 {
+        let parallelism = if workers > 1 {
+            gemm::Parallelism::Rayon(workers)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: row-major `m x k`, `k x n` and `m x n` operands with the asserted lengths;
+        // `c` aliases neither input.
+        unsafe {
+            crate_gemm(
+                (m, n, k),
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+                accumulate,
+                parallelism,
+            )
+        };
+        return;
+    }
+    let chunks = n.div_ceil(NC);
+    let workers = workers.clamp(1, chunks);
+    // Tasks write disjoint column ranges of `c`; its address travels as an integer.
+    let c_addr = c.as_mut_ptr() as usize;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let run = || {
+        let mut packed = PackedB::zeroed(k, NC);
+        loop {
+            let chunk = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if chunk >= chunks {
+                break;
+            }
+            let j0 = chunk * NC;
+            let w = NC.min(n - j0);
+            packed.fill_columns_from_rows(&b[j0..], ldb, w);
+            // SAFETY: this task alone writes columns `j0..j0 + w` of `c` (row stride `ldc`),
+            // inside `c` by the assert above; `a` is `m x k` and `packed` is `k x w`.
+            unsafe {
+                packed_unchecked(
+                    m,
+                    a,
+                    lda,
+                    &packed,
+                    0..k,
+                    0..w,
+                    (c_addr as *mut f32).add(j0),
+                    ldc,
+                    accumulate,
+                )
+            };
+        }
+    };
+    if workers == 1 {
+        run();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 1..workers {
+                scope.spawn(run);
+            }
+            run();
+        });
+    }
+}
+
+/// Whether the AVX-512 kernel runs on this CPU.
+pub fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The fallback: multiplies panel by panel with the `gemm` crate.
+///
+/// # Safety
+/// As [`packed_unchecked`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn portable(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    let k = k_range.len();
+    let n = n_range.len();
+    for (pi, j0) in (0..n).step_by(NR).enumerate() {
+        let w = NR.min(n - j0);
+        let panel = &b.data[((n_range.start / NR + pi) * b.k + k_range.start) * NR..][..k * NR];
+        // SAFETY: `a` is `m x k` with row stride `lda`, the panel `k x w` with row stride NR, `c`
+        // `m x w` at column `j0` with row stride `ldc`; the caller bounds them.
+        unsafe {
+            crate_gemm(
+                (m, w, k),
+                a.as_ptr(),
+                lda,
+                panel.as_ptr(),
+                NR,
+                c.add(j0),
+                ldc,
+                accumulate,
+                gemm::Parallelism::None,
+            )
+        };
+    }
+}
+
+/// `C (+)= A B` through the `gemm` crate for row-major operands (row strides `lda`, `ldb`,
+/// `ldc`): the path for CPUs without AVX-512F.
+///
+/// # Safety
+/// `a` addresses `m x k`, `b` `k x n` and `c` `m x n` floats at those strides; `c` aliases
+/// neither input.
+#[allow(clippy::too_many_arguments)]
+unsafe fn crate_gemm(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            ldc as isize,
+            accumulate,
+            a,
+            1,
+            lda as isize,
+            b,
+            1,
+            ldb as isize,
+            if accumulate { 1.0f32 } else { 0.0 },
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{PackedB, KC, MR, NR, PANELS_PER_GROUP};
+    use std::arch::x86_64::*;
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gemm(
+        m: usize,
+        a: &[f32],
+        lda: usize,
+        b: &PackedB,
+        k_range: std::ops::Range<usize>,
+        n_range: std::ops::Range<usize>,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        let k = k_range.len();
+        let n = n_range.len();
+        let p0 = n_range.start / NR;
+        let a = a.as_ptr();
+        let panels = n.div_ceil(NR);
+        for kb in (0..k).step_by(KC) {
+            let kc = KC.min(k - kb);
+            let acc = accumulate || kb > 0;
+            for g in (0..panels).step_by(PANELS_PER_GROUP) {
+                let mut r = 0;
+                while r < m {
+                    let rows = MR.min(m - r);
+                    for pi in g..panels.min(g + PANELS_PER_GROUP) {
+                        let j0 = pi * NR;
+                        let w = NR.min(n - j0);
+                        let panel = b
+                            .data
+                            .as_ptr()
+                            .add(((p0 + pi) * b.k + k_range.start + kb) * NR);
+                        let ap = a.add(r * lda + kb);
+                        let cp = c.add(r * ldc + j0);
+                        match rows {
+                            12 => tile::<12>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            11 => tile::<11>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            10 => tile::<10>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            9 => tile::<9>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            8 => tile::<8>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            7 => tile::<7>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            6 => tile::<6>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            5 => tile::<5>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            4 => tile::<4>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            3 => tile::<3>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            2 => tile::<2>(kc, ap, lda, panel, cp, ldc, w, acc),
+                            _ => tile::<1>(kc, ap, lda, panel, cp, ldc, w, acc),
+                        }
+                    }
+                    r += rows;
+                }
+            }
+        }
+    }
+
+    /// `C[R x w] (+)= A[R x kc] * panel[kc x NR]` with the tile in registers.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile<const R: usize>(
+        kc: usize,
+        a: *const f32,
+        lda: usize,
+        panel: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        w: usize,
+        accumulate: bool,
+    ) {
+        let mut lo = [_mm512_setzero_ps(); R];
+        let mut hi = [_mm512_setzero_ps(); R];
+        let mut bp = panel;
+        for kk in 0..kc {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            for i in 0..R {
+                let x = _mm512_set1_ps(*a.add(i * lda + kk));
+                lo[i] = _mm512_fmadd_ps(x, b0, lo[i]);
+                hi[i] = _mm512_fmadd_ps(x, b1, hi[i]);
+            }
+            bp = bp.add(NR);
+        }
+        let m0: __mmask16 = if w >= 16 {
+            0xffff
+        } else {
+            (1u32 << w) as u16 - 1
+        };
+        let m1: __mmask16 = if w >= 32 {
+            0xffff
+        } else if w > 16 {
+            ((1u32 << (w - 16)) - 1) as u16
+        } else {
+            0
+        };
+        for i in 0..R {
+            let cp = c.add(i * ldc);
+            let (mut v0, mut v1) = (lo[i], hi[i]);
+            if accumulate {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cp));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cp.add(16)));
+            }
+            _mm512_mask_storeu_ps(cp, m0, v0);
+            _mm512_mask_storeu_ps(cp.add(16), m1, v1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0f64;
+                for kk in 0..k {
+                    s += a[i * k + kk] as f64 * b[kk * n + j] as f64;
+                }
+                c[i * n + j] = s as f32;
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn matches_naive_on_odd_shapes() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (9, 33, 7),
+            (17, 64, 300),
+            (64, 256, 256),
+            (3, 31, 513),
+        ] {
+            let a = data(m * k, 1);
+            let b = data(k * n, 2);
+            let want = naive(m, n, k, &a, &b);
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            for packed in [
+                PackedB::from_rows(&b, k, n, n),
+                PackedB::from_transposed(&bt, n, k, k),
+            ] {
+                let mut c = vec![1f32; m * n];
+                gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, false);
+                let err = c
+                    .iter()
+                    .zip(&want)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                assert!(err < 1e-4 * (k as f32).sqrt(), "{m}x{n}x{k}: {err}");
+                // Accumulating adds the product again.
+                gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, true);
+                let err = c
+                    .iter()
+                    .zip(&want)
+                    .map(|(x, y)| (x - 2.0 * y).abs())
+                    .fold(0f32, f32::max);
+                assert!(err < 2e-4 * (k as f32).sqrt(), "{m}x{n}x{k} acc: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn sub_ranges_of_b() {
+        let (m, n, k) = (10, 96, 40);
+        let a = data(m * k, 3);
+        let b = data(k * n, 4);
+        let packed = PackedB::from_rows(&b, k, n, n);
+        // Rows 8..40 of B, columns 32..96.
+        let sub_b: Vec<f32> = (8..40)
+            .flat_map(|kk| b[kk * n + 32..kk * n + 96].to_vec())
+            .collect();
+        let sub_a: Vec<f32> = (0..m)
+            .flat_map(|i| a[i * k + 8..i * k + 40].to_vec())
+            .collect();
+        let want = naive(m, 64, 32, &sub_a, &sub_b);
+        let mut c = vec![0f32; m * 64];
+        gemm_packed(m, &sub_a, 32, &packed, 8..40, 32..96, &mut c, 64, false);
+        let err = c
+            .iter()
+            .zip(&want)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(err < 1e-4, "{err}");
+    }
+
+    /// The path of CPUs without AVX-512F, run here whatever the CPU.
+    #[test]
+    fn portable_path_matches_naive() {
+        let (m, n, k) = (9, 70, 300);
+        let a = data(m * k, 7);
+        let b = data(k * n, 8);
+        let want = naive(m, n, k, &a, &b);
+        let packed = PackedB::from_rows(&b, k, n, n);
+        let mut c = vec![0f32; m * n];
+        // SAFETY: `a` is `m x k`, `c` `m x n` (row stride n), the ranges are B's own.
+        unsafe { portable(m, &a, k, &packed, 0..k, 0..n, c.as_mut_ptr(), n, false) };
+        let err = c
+            .iter()
+            .zip(&want)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(err < 1e-4 * (k as f32).sqrt(), "{err}");
+    }
+
+    #[test]
+    fn row_major_b_in_chunks_on_threads() {
+        for &(m, n, k, workers) in &[(5, 300, 40, 2), (9, 513, 300, 3), (16, 31, 1, 1)] {
+            let a = data(m * k, 5);
+            let b = data(k * n, 6);
+            let want = naive(m, n, k, &a, &b);
+            let mut c = vec![0.5f32; m * n];
+            gemm_rows(m, &a, k, &b, k, n, n, &mut c, n, false, workers);
+            let err = c
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(err < 1e-4 * (k as f32).sqrt(), "{m}x{n}x{k}: {err}");
+        }
+    }
+
+    /// `cargo test --release -p edgetam-tracker gemm_f32::tests::bench -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn bench() {
+        for (m, n, k) in [
+            (64, 256, 256),
+            (96, 128, 48),
+            (48, 128, 96),
+            (384, 128, 192),
+            (192, 128, 384),
+            (768, 128, 384),
+        ] {
+            bench_shape(m, n, k);
+        }
+    }
+
+    fn bench_shape(m: usize, n: usize, k: usize) {
+        let a = data(m * k, 1);
+        let b = data(k * n, 2);
+        let packed = PackedB::from_rows(&b, k, n, n);
+        let mut c = vec![0f32; m * n];
+        let reps = (2_000_000_000 / (m * n * k)).max(10);
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, true);
+        }
+        let ours = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            // SAFETY: row-major m x k, k x n, m x n buffers of exactly these sizes.
+            unsafe {
+                crate_gemm(
+                    (m, n, k),
+                    a.as_ptr(),
+                    k,
+                    b.as_ptr(),
+                    n,
+                    c.as_mut_ptr(),
+                    n,
+                    true,
+                    gemm::Parallelism::None,
+                )
+            };
+        }
+        let theirs = t.elapsed().as_secs_f64();
+        let flop = 2.0 * (m * n * k * reps) as f64;
+        println!(
+            "{m}x{n}x{k}: ours {:.1} GFLOP/s, gemm crate {:.1} GFLOP/s",
+            flop / ours / 1e9,
+            flop / theirs / 1e9
+        );
+    }
+}

@@ -1,0 +1,688 @@
+//! Single-frame EdgeTAM: image encoder, prompt encoder and mask decoder on one prompted frame.
+//!
+//! This is exactly the path transformers' `EdgeTamVideoModel` takes on a frame where an object
+//! gets its first prompt (an "initial conditioning frame"): the stride-16 features plus
+//! `no_memory_embedding` (no memory is read), the multimask rule of `_use_multimask`, the
+//! no-object substitution and the object pointer. The video path reuses these pieces.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::error::{Error, Result};
+use crate::frame::postprocess;
+use crate::frame::preprocess;
+use crate::frame::RawFrame;
+use crate::model::config::EdgeTamConfig;
+use crate::model::decoder::MaskDecoder;
+use crate::model::image_encoder::{ImageEncoder, ImageFeatures};
+use crate::model::layers::{Activation, FeedForward};
+use crate::model::memory_attention::MemoryAttention;
+use crate::model::memory_encoder::MemoryEncoder;
+use crate::model::perceiver::SpatialPerceiver;
+use crate::model::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
+use crate::model::weights::Weights;
+
+/// Score the reference writes into every mask pixel of an object it judges absent.
+pub const NO_OBJECT_SCORE: f32 = -1024.0;
+
+/// Tensors the reference holds but never reads (transformers keeps `no_memory_positional_encoding`
+/// for checkpoint compatibility). Anything else unread is an error.
+const UNUSED_PREFIXES: &[&str] = &["no_memory_positional_encoding"];
+
+/// A point prompt's label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PointLabel {
+    /// The point lies on the object (label 1).
+    Positive,
+    /// The point lies on the background (label 0).
+    Negative,
+}
+
+/// A point in original-image pixel coordinates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub x: f32,
+    pub y: f32,
+    pub label: PointLabel,
+}
+
+/// A prompt for one object: an optional box and any number of labelled points.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prompt {
+    /// `[x0, y0, x1, y1]` in original-image pixels.
+    pub bbox: Option<[f32; 4]>,
+    pub points: Vec<Point>,
+}
+
+impl Prompt {
+    /// A box prompt.
+    pub fn from_box(x0: f32, y0: f32, x1: f32, y1: f32) -> Self {
+        Self {
+            bbox: Some([x0, y0, x1, y1]),
+            points: Vec::new(),
+        }
+    }
+
+    /// A points prompt.
+    pub fn from_points(points: Vec<Point>) -> Self {
+        Self { bbox: None, points }
+    }
+
+    /// Number of prompt points as the model counts them (a box is two corner points).
+    pub fn num_points(&self) -> usize {
+        self.points.len() + if self.bbox.is_some() { 2 } else { 0 }
+    }
+
+    /// Checks the prompt against an image of `width` x `height`.
+    pub fn validate(&self, width: usize, height: usize) -> Result<()> {
+        let (w, h) = (width as f32, height as f32);
+        let inside = |x: f32, y: f32| {
+            x.is_finite() && y.is_finite() && (0.0..=w).contains(&x) && (0.0..=h).contains(&y)
+        };
+        if self.bbox.is_none() && self.points.is_empty() {
+            return Err(Error::InvalidPrompt(
+                "a prompt needs a box or at least one point".into(),
+            ));
+        }
+        if let Some([x0, y0, x1, y1]) = self.bbox {
+            if !inside(x0, y0) || !inside(x1, y1) {
+                return Err(Error::InvalidPrompt(format!(
+                    "box {x0},{y0},{x1},{y1} lies outside the {width}x{height} image"
+                )));
+            }
+            if x1 <= x0 || y1 <= y0 {
+                return Err(Error::InvalidPrompt(format!(
+                    "box {x0},{y0},{x1},{y1} is empty: x1 must exceed x0 and y1 must exceed y0"
+                )));
+            }
+        }
+        for p in &self.points {
+            if !inside(p.x, p.y) {
+                return Err(Error::InvalidPrompt(format!(
+                    "point {},{} lies outside the {width}x{height} image",
+                    p.x, p.y
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Model-input coordinates `[1,1,N,2]` and labels `[1,1,N]` as the reference processor makes
+    /// them: scaled by `S/W`, `S/H` in f32, box corners first with labels 2 and 3.
+    pub fn to_model_inputs(
+        &self,
+        width: usize,
+        height: usize,
+        image_size: usize,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
+        self.validate(width, height)?;
+        // transformers multiplies a float32 tensor by the Python float `new / old`; torch casts
+        // that scalar to f32 first, so do the same to be bit-exact.
+        let sx = (image_size as f64 / width as f64) as f32;
+        let sy = (image_size as f64 / height as f64) as f32;
+        let mut coords = Vec::with_capacity(2 * self.num_points());
+        let mut labels = Vec::with_capacity(self.num_points());
+        if let Some([x0, y0, x1, y1]) = self.bbox {
+            coords.extend_from_slice(&[x0 * sx, y0 * sy, x1 * sx, y1 * sy]);
+            labels.extend_from_slice(&[2i64, 3]);
+        }
+        for p in &self.points {
+            coords.extend_from_slice(&[p.x * sx, p.y * sy]);
+            labels.push(match p.label {
+                PointLabel::Positive => 1,
+                PointLabel::Negative => 0,
+            });
+        }
+        let n = labels.len();
+        let coords = Tensor::from_vec(coords, (1, 1, n, 2), device)?;
+        let labels = Tensor::from_vec(labels, (1, 1, n), device)?;
+        Ok((coords, labels))
+    }
+}
+
+/// Image features of one frame, shared by every object prompted on it.
+pub struct ImageEmbedding {
+    pub features: ImageFeatures,
+    /// Stride-16 features + `no_memory_embedding`: what the decoder sees on a prompted frame.
+    pub embed: Tensor,
+    /// Original image `(width, height)`.
+    pub original_size: (usize, usize),
+    /// Time spent preprocessing the frame (zero when it came preprocessed).
+    pub preprocess_time: std::time::Duration,
+    /// Time spent in the image encoder.
+    pub encoder_time: std::time::Duration,
+}
+
+impl ImageEmbedding {
+    /// The raw stride-16 FPN level `[1, C, e, e]` (what memory attention and the memory encoder
+    /// read).
+    pub fn level2(&self) -> Result<&Tensor> {
+        Ok(&self.features.level2)
+    }
+
+    /// The sine position encoding of [`Self::level2`].
+    pub fn level2_pos(&self) -> Result<&Tensor> {
+        Ok(&self.features.level2_pos)
+    }
+}
+
+/// The decoder's answer for one prompt.
+pub struct Segmentation {
+    /// Chosen low-resolution mask logits `[1,1,h,w]` (all `NO_OBJECT_SCORE` when absent).
+    pub low_res_logits: Tensor,
+    /// Predicted IoU of every mask the decoder returned (3 with multimask, else 1).
+    pub iou_scores: Vec<f32>,
+    /// Index of the chosen mask within `iou_scores`.
+    pub chosen: usize,
+    /// Object-score logit; the object is present when it is > 0.
+    pub object_score: f32,
+    /// 256-d object pointer (the no-object pointer when absent), used by the memory path.
+    pub object_pointer: Tensor,
+    /// Whether the decoder ran in multimask mode.
+    pub multimask: bool,
+}
+
+impl Segmentation {
+    /// Whether the model judges the object present.
+    pub fn is_present(&self) -> bool {
+        self.object_score > 0.0
+    }
+
+    /// The chosen mask's predicted IoU.
+    pub fn iou(&self) -> f32 {
+        // A mask prompt has one dummy IoU whatever token made its pointer.
+        match self.iou_scores.as_slice() {
+            [only] => *only,
+            all => all.get(self.chosen).copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// How many masks to ask the decoder for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MultimaskMode {
+    /// The reference's rule: multimask for 0 or 1 prompt points (a box counts as two).
+    #[default]
+    Auto,
+    /// Always three candidate masks; the one with the best predicted IoU is kept.
+    On,
+    /// One mask (with the dynamic stability fallback).
+    Off,
+}
+
+/// The EdgeTAM model for single-frame segmentation.
+pub struct EdgeTam {
+    config: EdgeTamConfig,
+    device: Device,
+    pub(crate) image_encoder: ImageEncoder,
+    prompt_encoder: PromptEncoder,
+    image_pe: ImagePositionalEmbedding,
+    mask_decoder: MaskDecoder,
+    no_memory_embedding: Tensor,
+    object_pointer_proj: FeedForward,
+    no_object_pointer: Tensor,
+    /// Image-wide positional encoding of the decoder, computed once.
+    dense_pe: Tensor,
+    pub(crate) video: VideoModules,
+    precision: crate::Precision,
+}
+
+/// The parts only tracked frames use: memory encoder, perceiver, memory attention and the
+/// learned temporal encodings.
+pub(crate) struct VideoModules {
+    pub(crate) memory_encoder: MemoryEncoder,
+    pub(crate) spatial_perceiver: SpatialPerceiver,
+    pub(crate) memory_attention: MemoryAttention,
+    /// `memory_temporal_positional_encoding` as `[num_maskmem, mem_dim]`.
+    pub(crate) temporal_encoding: Tensor,
+    /// `temporal_positional_encoding_projection_layer` (only with
+    /// `enable_temporal_pos_encoding_for_object_pointers`).
+    pub(crate) pointer_temporal_projection: Option<candle_nn::Linear>,
+    /// `occlusion_spatial_embedding_parameter` `[1, mem_dim]` (only with
+    /// `enable_occlusion_spatial_embedding`).
+    pub(crate) occlusion_embedding: Option<Tensor>,
+    /// `mask_downsample`: 4x4 stride-4 conv turning a mask prompt into a decoder mask input.
+    pub(crate) mask_downsample: candle_nn::Conv2d,
+}
+
+impl EdgeTam {
+    /// Loads a model from a directory with `config.json` + `model.safetensors` (transformers
+    /// layout), or from an original `edgetam.pt` (its `config.json`, if one lies beside it, is
+    /// used; otherwise the released EdgeTAM config).
+    pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let path = path.as_ref();
+        let (config_path, weights_path) = resolve_model_paths(path)?;
+        let config = match config_path {
+            Some(p) => EdgeTamConfig::from_file(p)?,
+            None => EdgeTamConfig::default(),
+        };
+        let weights = Weights::load(&weights_path, device)?;
+        Self::from_weights(config, &weights, device)
+    }
+
+    /// Builds the model from loaded weights, checking that nothing is missing, mis-shaped or
+    /// left over.
+    pub fn from_weights(config: EdgeTamConfig, weights: &Weights, device: &Device) -> Result<Self> {
+        let vb = weights.var_builder(device);
+        let model = Self::build(config, vb, device).map_err(|e| match e {
+            Error::Tensor(e) => weights.lift(e),
+            other => other,
+        })?;
+        weights.check_all_used_except(UNUSED_PREFIXES)?;
+        Ok(model)
+    }
+
+    /// A model with deterministic random weights: runs end to end, but its masks are
+    /// meaningless. For trying the tool and benchmarking without a checkpoint.
+    pub fn random(config: EdgeTamConfig, seed: u64, device: &Device) -> Result<Self> {
+        let vb = crate::model::weights::random_var_builder(seed, device);
+        Self::build(config, vb, device)
+    }
+
+    fn build(config: EdgeTamConfig, vb: VarBuilder, device: &Device) -> Result<Self> {
+        let hidden = config.vision_config.fpn_hidden_size;
+        let image_encoder = ImageEncoder::new(&config, vb.clone())?;
+        let prompt_encoder = PromptEncoder::new(&config, vb.pp("prompt_encoder"))?;
+        let image_pe = ImagePositionalEmbedding::new(&config, vb.pp("shared_image_embedding"))?;
+        let mask_decoder = MaskDecoder::new(&config, vb.pp("mask_decoder"))?;
+        let no_memory_embedding = vb.get((1, 1, hidden), "no_memory_embedding")?;
+        let object_pointer_proj = FeedForward::new(
+            hidden,
+            hidden,
+            hidden,
+            3,
+            Activation::Relu,
+            false,
+            vb.pp("object_pointer_proj"),
+        )?;
+        let no_object_pointer = vb.get((1, hidden), "no_object_pointer")?;
+        let dense_pe = image_pe.image_wide(config.embed_size())?;
+        let video = VideoModules::new(&config, &vb)?;
+        // On CUDA the weights were copied on this thread's stream (candle uses the per-thread
+        // default stream), and other threads' streams do not wait for it: finish here so a
+        // model built on one thread can be used on any.
+        device.synchronize()?;
+        Ok(Self {
+            config,
+            device: device.clone(),
+            image_encoder,
+            prompt_encoder,
+            image_pe,
+            mask_decoder,
+            no_memory_embedding,
+            object_pointer_proj,
+            no_object_pointer,
+            dense_pe,
+            video,
+            precision: crate::Precision::F32,
+        })
+    }
+
+    /// Waits until the work queued on the model's device is done (a no-op on the CPU, where
+    /// every op completes before it returns): for timing GPU work.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.device.synchronize()?)
+    }
+
+    /// Selects the precision of the heaviest products (see [`crate::Precision`]) and returns
+    /// the one in effect: [`crate::Precision::Bf16`] needs the CPU (AVX512-BF16); elsewhere
+    /// the model stays exact f32 and says so in a warning.
+    pub fn set_precision(&mut self, precision: crate::Precision) -> crate::Precision {
+        let effective = match precision {
+            crate::Precision::Bf16
+                if self.device.is_cpu() && crate::kernels::attention::bf16::supported() =>
+            {
+                crate::Precision::Bf16
+            }
+            crate::Precision::Bf16 => {
+                tracing::warn!(
+                    "bf16 mode needs a CPU with AVX512-BF16 (this device or CPU lacks it): \
+                     running exact f32"
+                );
+                crate::Precision::F32
+            }
+            crate::Precision::F32 => crate::Precision::F32,
+        };
+        let on = effective == crate::Precision::Bf16;
+        // The image encoder's first two backbone stages stay f32 (see `BF16_FIRST_STAGE`).
+        self.image_encoder.set_bf16(on);
+        self.video.memory_encoder.set_bf16(on);
+        if let Err(e) = self.video.memory_attention.set_bf16_products(on) {
+            // Packing failed (out of memory?): stay exact rather than half switched.
+            tracing::warn!("cannot switch to bf16 ({e}): running exact f32");
+            let _ = self.video.memory_attention.set_bf16_products(false);
+            self.image_encoder.set_bf16(false);
+            self.video.memory_encoder.set_bf16(false);
+            self.precision = crate::Precision::F32;
+            return crate::Precision::F32;
+        }
+        self.precision = effective;
+        effective
+    }
+
+    /// The precision in effect (see [`Self::set_precision`]).
+    pub fn precision(&self) -> crate::Precision {
+        self.precision
+    }
+
+    pub fn config(&self) -> &EdgeTamConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn image_encoder(&self) -> &ImageEncoder {
+        &self.image_encoder
+    }
+
+    pub fn prompt_encoder(&self) -> &PromptEncoder {
+        &self.prompt_encoder
+    }
+
+    pub fn image_positional_embedding(&self) -> &ImagePositionalEmbedding {
+        &self.image_pe
+    }
+
+    pub fn mask_decoder(&self) -> &MaskDecoder {
+        &self.mask_decoder
+    }
+
+    /// Preprocesses an RGB8 image (`width * height * 3` bytes, row-major) for the encoder.
+    pub fn preprocess(&self, rgb: &[u8], width: usize, height: usize) -> Result<Tensor> {
+        preprocess::preprocess(rgb, width, height, self.config.image_size, &self.device)
+    }
+
+    /// Runs preprocessing and the image encoder on an RGB8 image.
+    pub fn encode_image(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
+        let pixels = self.preprocess(rgb, width, height)?;
+        let preprocess_time = start.elapsed();
+        let mut image = self.encode_pixels(&pixels, (width, height))?;
+        image.preprocess_time = preprocess_time;
+        Ok(image)
+    }
+
+    /// Runs preprocessing and the image encoder on a frame in any [`RawFrame`] layout (on CUDA
+    /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
+    pub fn encode_frame(&self, frame: &RawFrame) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
+        let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
+        let preprocess_time = start.elapsed();
+        let mut image = self.encode_pixels(&pixels, (frame.width, frame.height))?;
+        image.preprocess_time = preprocess_time;
+        Ok(image)
+    }
+
+    /// Runs the image encoder on already preprocessed pixels `[1,3,S,S]`.
+    pub fn encode_pixels(
+        &self,
+        pixels: &Tensor,
+        original_size: (usize, usize),
+    ) -> Result<ImageEmbedding> {
+        let start = std::time::Instant::now();
+        let features = self.image_encoder.forward(pixels)?;
+        let level2 = &features.level2;
+        let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
+        let embed = crate::kernels::add(level2, &no_mem)?;
+        Ok(ImageEmbedding {
+            features,
+            embed,
+            original_size,
+            preprocess_time: std::time::Duration::ZERO,
+            encoder_time: start.elapsed(),
+        })
+    }
+
+    /// Segments one object from a prompt on an encoded image.
+    pub fn segment(
+        &self,
+        image: &ImageEmbedding,
+        prompt: &Prompt,
+        mode: MultimaskMode,
+    ) -> Result<Segmentation> {
+        let (w, h) = image.original_size;
+        let (coords, labels) =
+            prompt.to_model_inputs(w, h, self.config.image_size, &self.device)?;
+        let multimask = match mode {
+            MultimaskMode::Auto => self.use_multimask(prompt.num_points()),
+            MultimaskMode::On => true,
+            MultimaskMode::Off => false,
+        };
+        self.segment_model_inputs(image, &coords, &labels, multimask)
+    }
+
+    /// The reference's `_use_multimask` on a prompted frame.
+    pub fn use_multimask(&self, num_points: usize) -> bool {
+        let c = &self.config;
+        c.multimask_output_in_sam
+            && (c.multimask_min_pt_num..=c.multimask_max_pt_num).contains(&num_points)
+    }
+
+    /// `_single_frame_forward` for one object given model-input points `[1,1,N,2]` and labels.
+    pub fn segment_model_inputs(
+        &self,
+        image: &ImageEmbedding,
+        coords: &Tensor,
+        labels: &Tensor,
+        multimask: bool,
+    ) -> Result<Segmentation> {
+        let (sparse, dense) = self.prompt_encoder.embed(Some((coords, labels)), None)?;
+        self.decode_rows(image, &image.embed, &sparse, &dense, multimask)?
+            .pop()
+            .ok_or_else(|| Error::InvalidPrompt("decoder returned no mask".into()))
+    }
+
+    /// The mask decoder on `pix_feat` `[B|1, C, e, e]` for `B` prompt rows (`sparse`
+    /// `[B, 1, T, C]`), then per row what `_single_frame_forward` derives: the chosen mask
+    /// (argmax IoU with multimask), the no-object substitution and the object pointer.
+    pub fn decode_rows(
+        &self,
+        image: &ImageEmbedding,
+        pix_feat: &Tensor,
+        sparse: &Tensor,
+        dense: &Tensor,
+        multimask: bool,
+    ) -> Result<Vec<Segmentation>> {
+        let out = self.mask_decoder.forward(
+            pix_feat,
+            &self.dense_pe,
+            sparse,
+            dense,
+            multimask,
+            &image.features.feat_s0,
+            &image.features.feat_s1,
+        )?;
+        let rows = out.masks.dim(0)?;
+        // Mid-frame device -> host reads (a few floats): the candidate choice and the object
+        // score drive control flow on the host.
+        crate::instrument::transfer::note_download(&out.object_score);
+        crate::instrument::transfer::note_download(&out.iou);
+        let scores = out.object_score.flatten_all()?.to_vec1::<f32>()?;
+        let ious = out.iou.flatten_all()?.to_vec1::<f32>()?;
+        let k = ious.len() / rows.max(1);
+        // The object pointers of all rows in one projection.
+        let tokens = out.sam_tokens.i((.., 0))?;
+        let mut result = Vec::with_capacity(rows);
+        let mut chosen_tokens = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let object_score = scores.get(r).copied().unwrap_or(f32::NEG_INFINITY);
+            let iou_scores = ious[r * k..(r + 1) * k].to_vec();
+            // Argmax of the predicted IoU picks among the candidates (first maximum, as torch).
+            let chosen = if multimask {
+                iou_scores
+                    .iter()
+                    .enumerate()
+                    .fold((0usize, f32::NEG_INFINITY), |best, (i, &v)| {
+                        if v > best.1 {
+                            (i, v)
+                        } else {
+                            best
+                        }
+                    })
+                    .0
+            } else {
+                0
+            };
+            // Without multimask the pointer comes from token 0 even when the stability fallback
+            // picked another mask (the decoder returns only token 0 then).
+            let token_index = if multimask { chosen } else { 0 };
+            chosen_tokens.push(tokens.i((r, token_index))?.unsqueeze(0)?);
+            let masks = out
+                .masks
+                .i((r..r + 1, .., chosen..chosen + 1))?
+                .squeeze(2)?;
+            let low_res_logits = if object_score > 0.0 {
+                masks
+            } else {
+                Tensor::full(NO_OBJECT_SCORE, masks.shape(), masks.device())?
+            };
+            result.push(Segmentation {
+                low_res_logits,
+                iou_scores,
+                chosen,
+                object_score,
+                object_pointer: self.no_object_pointer.clone(),
+                multimask,
+            });
+        }
+        let pointers = self
+            .object_pointer_proj
+            .forward(&Tensor::cat(&chosen_tokens, 0)?)?;
+        for (r, seg) in result.iter_mut().enumerate() {
+            if seg.object_score > 0.0 {
+                seg.object_pointer = pointers.i(r..r + 1)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// `object_pointer_proj` of decoder output tokens `[N, C]`: the pointers of present objects.
+    pub fn object_pointer(&self, tokens: &Tensor) -> Result<Tensor> {
+        Ok(self.object_pointer_proj.forward(tokens)?)
+    }
+
+    /// `no_object_pointer` `[1, C]`: the pointer of an absent object.
+    pub fn no_object_pointer(&self) -> &Tensor {
+        &self.no_object_pointer
+    }
+
+    /// Mask logits at the original image resolution `[1,1,H,W]` and the binary mask `[H,W]` (u8).
+    pub fn mask_at_original(
+        &self,
+        image: &ImageEmbedding,
+        seg: &Segmentation,
+    ) -> Result<(Tensor, Tensor)> {
+        let (w, h) = image.original_size;
+        let logits = postprocess::resize_logits(&seg.low_res_logits, h, w)?;
+        let mask = postprocess::binarize(&logits)?.reshape((h, w))?;
+        Ok((logits, mask))
+    }
+}
+
+/// Binary mask statistics: pixel area and tight bounding box `[x0, y0, x1, y1]` (inclusive).
+pub fn mask_area_and_box(mask: &Tensor) -> Result<(usize, Option<[usize; 4]>)> {
+    let (h, w) = mask.dims2()?;
+    let data = mask.to_dtype(DType::U8)?.flatten_all()?.to_vec1::<u8>()?;
+    Ok(mask_area_and_box_host(&data, w, h))
+}
+
+/// [`mask_area_and_box`] of a mask already on the host (`h` rows of `w`, nonzero = inside).
+pub fn mask_area_and_box_host(data: &[u8], w: usize, h: usize) -> (usize, Option<[usize; 4]>) {
+    let mut area = 0;
+    let (mut x0, mut y0, mut x1, mut y1) = (usize::MAX, usize::MAX, 0, 0);
+    for (y, row) in data.chunks(w.max(1)).take(h).enumerate() {
+        for (x, &v) in row.iter().enumerate() {
+            if v != 0 {
+                area += 1;
+                x0 = x0.min(x);
+                y0 = y0.min(y);
+                x1 = x1.max(x);
+                y1 = y1.max(y);
+            }
+        }
+    }
+    (area, (area > 0).then_some([x0, y0, x1, y1]))
+}
+
+/// `(config.json if any, weight file)` for a model path (directory or checkpoint file).
+fn resolve_model_paths(path: &Path) -> Result<(Option<PathBuf>, PathBuf)> {
+    let not_found = |what: &str| Error::Io {
+        path: path.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, what.to_string()),
+    };
+    if path.is_dir() {
+        let config = path.join("config.json");
+        if !config.is_file() {
+            return Err(not_found("model directory has no config.json"));
+        }
+        for name in ["model.safetensors", "edgetam.pt"] {
+            let w = path.join(name);
+            if w.is_file() {
+                return Ok((Some(config), w));
+            }
+        }
+        return Err(not_found(
+            "model directory has neither model.safetensors nor edgetam.pt",
+        ));
+    }
+    if path.is_file() {
+        let config = path
+            .parent()
+            .map(|p| p.join("config.json"))
+            .filter(|p| p.is_file());
+        return Ok((config, path.to_owned()));
+    }
+    Err(not_found("no such model file or directory"))
+}
+
+impl VideoModules {
+    fn new(config: &EdgeTamConfig, vb: &VarBuilder) -> Result<Self> {
+        let hidden = config.vision_config.fpn_hidden_size;
+        let mem_dim = config.memory_encoder_output_channels;
+        let temporal_encoding = vb
+            .get(
+                (config.num_maskmem, 1, 1, mem_dim),
+                "memory_temporal_positional_encoding",
+            )?
+            .reshape((config.num_maskmem, mem_dim))?;
+        let pointer_temporal_projection = if config.enable_temporal_pos_encoding_for_object_pointers
+        {
+            Some(candle_nn::linear(
+                hidden,
+                mem_dim,
+                vb.pp("temporal_positional_encoding_projection_layer"),
+            )?)
+        } else {
+            None
+        };
+        let occlusion_embedding = if config.enable_occlusion_spatial_embedding {
+            Some(vb.get((1, mem_dim), "occlusion_spatial_embedding_parameter")?)
+        } else {
+            None
+        };
+        let mask_downsample = candle_nn::conv2d(
+            1,
+            1,
+            4,
+            candle_nn::Conv2dConfig {
+                stride: 4,
+                ..Default::default()
+            },
+            vb.pp("mask_downsample"),
+        )?;
+        Ok(Self {
+            memory_encoder: MemoryEncoder::new(config, vb.pp("memory_encoder"))?,
+            spatial_perceiver: SpatialPerceiver::new(config, vb.pp("spatial_perceiver"))?,
+            memory_attention: MemoryAttention::new(config, vb.pp("memory_attention"))?,
+            temporal_encoding,
+            pointer_temporal_projection,
+            occlusion_embedding,
+            mask_downsample,
+        })
+    }
+}

@@ -1,0 +1,327 @@
+//! RepViT-M1, EdgeTAM's image backbone (timm `repvit_m1`, `legacy=True`), inference only.
+//!
+//! Weights come from `vision_encoder.backbone.timm_model.*`. At load time every BatchNorm is
+//! folded into its convolution, and each token mixer (`RepVggDw`: 3x3 depthwise + 1x1 depthwise +
+//! identity, each branch summed) is re-parameterized into one 3x3 depthwise convolution, as timm's
+//! `fuse()` does: the three branches are linear in the input, so their kernels add.
+//!
+//! Layout: stem (two 3x3 stride-2 convs, GELU between) then 4 stages of 48/96/192/384 channels,
+//! depths 2/2/14/2; stages 1..3 open with a downsample; blocks alternate squeeze-excite on/off.
+
+use candle_core::{DType, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::kernels::conv::depthwise::Depthwise;
+use crate::model::conv::{conv_norm, Dense, Pointwise};
+
+/// RepViT-M1 stage widths.
+pub const DIMS: [usize; 4] = [48, 96, 192, 384];
+/// RepViT-M1 blocks per stage (not counting the downsample's pre-block).
+pub const DEPTHS: [usize; 4] = [2, 2, 14, 2];
+/// Hidden width of every channel mixer, relative to its input.
+const MLP_RATIO: usize = 2;
+
+/// The RepViT-M1 backbone; [`RepVit::forward`] returns the four stage outputs (NCHW).
+pub struct RepVit {
+    stem: [Dense; 2],
+    stages: Vec<Stage>,
+}
+
+struct Stage {
+    downsample: Option<Downsample>,
+    blocks: Vec<Block>,
+}
+
+/// `RepVitDownsample`: pre-block, 3x3 depthwise stride 2, 1x1 to the new width, residual FFN.
+struct Downsample {
+    pre_block: Block,
+    spatial: Depthwise,
+    channel: Pointwise,
+    ffn: Mlp,
+}
+
+/// `RepViTBlock`: token mixer, optional squeeze-excite, residual channel mixer.
+struct Block {
+    token_mixer: Depthwise,
+    se: Option<SqueezeExcite>,
+    mlp: Mlp,
+}
+
+/// `RepVitMlp`: 1x1 expand, GELU (exact erf form, as `nn.GELU()`), 1x1 project.
+struct Mlp {
+    conv1: Pointwise,
+    conv2: Pointwise,
+}
+
+/// timm `SEModule`: global mean, 1x1 reduce, ReLU, 1x1 expand, sigmoid gate.
+struct SqueezeExcite {
+    fc1: Pointwise,
+    fc2: Pointwise,
+}
+
+/// timm `make_divisible(v, 8, round_limit=0)`: the SE bottleneck width.
+fn se_channels(channels: usize) -> usize {
+    let v = channels as f64 * 0.25;
+    (((v + 4.0) as usize) / 8 * 8).max(8)
+}
+
+impl Mlp {
+    fn load(vb: &VarBuilder, dim: usize) -> candle_core::Result<Self> {
+        Ok(Self {
+            conv1: Pointwise::conv_norm(&vb.pp("conv1"), dim, dim * MLP_RATIO)?,
+            conv2: Pointwise::conv_norm(&vb.pp("conv2"), dim * MLP_RATIO, dim)?,
+        })
+    }
+
+    /// `x + mlp(x)`, the residual and biases fused into the 1x1 convs.
+    fn set_bf16(&mut self, on: bool) {
+        self.conv1.set_bf16(on);
+        self.conv2.set_bf16(on);
+    }
+
+    fn forward_residual(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Some(y) = self.conv1.channel_mixer(&self.conv2, x)? {
+            return Ok(y);
+        }
+        self.conv2.forward_add(&self.conv1.forward_gelu(x)?, x)
+    }
+}
+
+impl SqueezeExcite {
+    fn load(vb: &VarBuilder, dim: usize) -> candle_core::Result<Self> {
+        let rd = se_channels(dim);
+        Ok(Self {
+            fc1: Pointwise::load(&vb.pp("fc1"), dim, rd)?,
+            fc2: Pointwise::load(&vb.pp("fc2"), rd, dim)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (n, c, h, w) = x.dims4()?;
+        let pooled = x.reshape((n, c, h * w))?.mean_keepdim(2)?.unsqueeze(3)?;
+        let s = self.fc1.forward(&pooled)?.relu()?;
+        let gate = candle_nn::ops::sigmoid(&self.fc2.forward(&s)?)?;
+        x.broadcast_mul(&gate)
+    }
+}
+
+/// Loads a legacy `RepVggDw` and folds its three branches into one depthwise conv.
+fn token_mixer(vb: &VarBuilder, dim: usize) -> candle_core::Result<Depthwise> {
+    let (w3, b3) = conv_norm(&vb.pp("conv"), dim, 1, 3)?;
+    let (w1, b1) = conv_norm(&vb.pp("conv1"), dim, 1, 1)?;
+    // 1x1 branch + identity sit at the centre tap of the 3x3 kernel.
+    let centre = (w1 + 1.0)?
+        .pad_with_zeros(2, 1, 1)?
+        .pad_with_zeros(3, 1, 1)?;
+    let w = (w3 + centre)?.to_dtype(DType::F32)?;
+    let b = (b3 + b1)?.to_dtype(DType::F32)?;
+    Depthwise::new(w, b, 1, 1)
+}
+
+/// A folded depthwise `ConvNorm` 3x3 with the given stride.
+fn depthwise_conv_norm(
+    vb: &VarBuilder,
+    dim: usize,
+    stride: usize,
+) -> candle_core::Result<Depthwise> {
+    let (w, b) = conv_norm(vb, dim, 1, 3)?;
+    Depthwise::new(w.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?, stride, 1)
+}
+
+impl Block {
+    fn load(vb: &VarBuilder, dim: usize, use_se: bool) -> candle_core::Result<Self> {
+        Ok(Self {
+            token_mixer: token_mixer(&vb.pp("token_mixer"), dim)?,
+            se: if use_se {
+                Some(SqueezeExcite::load(&vb.pp("se"), dim)?)
+            } else {
+                None
+            },
+            mlp: Mlp::load(&vb.pp("channel_mixer"), dim)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if self.se.is_none() {
+            // Token and channel mixer in one pass per pixel block.
+            let m = &self.mlp;
+            if let Some(y) = m
+                .conv1
+                .channel_mixer_after(&m.conv2, &self.token_mixer, x)?
+            {
+                return Ok(y);
+            }
+        }
+        let mut x = self.token_mixer.forward(x)?;
+        if let Some(se) = &self.se {
+            x = se.forward(&x)?;
+        }
+        self.mlp.forward_residual(&x)
+    }
+}
+
+impl Downsample {
+    fn load(vb: &VarBuilder, in_dim: usize, out_dim: usize) -> candle_core::Result<Self> {
+        Ok(Self {
+            pre_block: Block::load(&vb.pp("pre_block"), in_dim, false)?,
+            spatial: depthwise_conv_norm(&vb.pp("spatial_downsample"), in_dim, 2)?,
+            channel: Pointwise::conv_norm(&vb.pp("channel_downsample"), in_dim, out_dim)?,
+            ffn: Mlp::load(&vb.pp("ffn"), out_dim)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let x = self.pre_block.forward(x)?;
+        let x = self.spatial.forward(&x)?;
+        let x = self.channel.forward(&x)?;
+        self.ffn.forward_residual(&x)
+    }
+}
+
+impl RepVit {
+    /// Loads RepViT-M1 from `vb` positioned at `vision_encoder.backbone.timm_model`.
+    pub fn new(vb: VarBuilder) -> candle_core::Result<Self> {
+        let stem_vb = vb.pp("stem");
+        let stem = [
+            Dense::conv_norm(&stem_vb.pp("conv1"), 3, DIMS[0] / 2, 3, 2)?,
+            Dense::conv_norm(&stem_vb.pp("conv2"), DIMS[0] / 2, DIMS[0], 3, 2)?,
+        ];
+        let mut stages = Vec::with_capacity(DIMS.len());
+        let mut in_dim = DIMS[0];
+        for (i, (&dim, &depth)) in DIMS.iter().zip(&DEPTHS).enumerate() {
+            let svb = vb.pp(format!("stages_{i}"));
+            let downsample = if i > 0 {
+                Some(Downsample::load(&svb.pp("downsample"), in_dim, dim)?)
+            } else {
+                None
+            };
+            let blocks = (0..depth)
+                .map(|j| Block::load(&svb.pp(format!("blocks.{j}")), dim, j % 2 == 0))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            stages.push(Stage { downsample, blocks });
+            in_dim = dim;
+        }
+        Ok(Self { stem, stages })
+    }
+
+    /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
+    /// strides 4, 8, 16, 32.
+    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
+    /// Switches the 1x1 convolutions of stages `first..` to bf16 products (or back); earlier
+    /// stages stay exact.
+    pub(crate) fn set_bf16_from(&mut self, on: bool, first: usize) {
+        for (i, stage) in self.stages.iter_mut().enumerate() {
+            let on = on && i >= first;
+            if let Some(d) = &mut stage.downsample {
+                d.pre_block.mlp.set_bf16(on);
+                d.channel.set_bf16(on);
+                d.ffn.set_bf16(on);
+            }
+            for b in &mut stage.blocks {
+                b.mlp.set_bf16(on);
+            }
+        }
+    }
+
+    pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        let mut x = self.stem[0].forward_gelu(pixel_values)?;
+        x = self.stem[1].forward(&x)?;
+        let mut outs = Vec::with_capacity(self.stages.len());
+        for stage in &self.stages {
+            if let Some(d) = &stage.downsample {
+                x = d.forward(&x)?;
+            }
+            for b in &stage.blocks {
+                x = b.forward(&x)?;
+            }
+            outs.push(x.clone());
+        }
+        Ok(outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::se_channels;
+
+    #[test]
+    fn se_widths_match_timm() {
+        assert_eq!(
+            [48, 96, 192, 384].map(se_channels),
+            [16, 24, 48, 96],
+            "make_divisible(c/4, 8)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod profile {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    type Op<'a> = &'a mut dyn FnMut() -> candle_core::Result<Tensor>;
+    type Timer<'a> = dyn FnMut(&'static str, Op) -> candle_core::Result<Tensor> + 'a;
+
+    /// Wall time per op kind of the backbone at 1024 (2 threads: `RAYON_NUM_THREADS=2`):
+    /// `cargo test --release -p edgetam-tracker --lib repvit::profile -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn op_kinds() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let mut net = RepVit::new(crate::model::weights::random_var_builder(0, &dev))?;
+        // `EDGETAM_PROFILE_BF16=N`: the bf16 mode's products from stage N on.
+        if let Some(first) = std::env::var("EDGETAM_PROFILE_BF16")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            net.set_bf16_from(true, first);
+        }
+        let x = Tensor::randn(0f32, 1.0, (1, 3, 1024, 1024), &dev)?;
+        let acc: std::cell::RefCell<std::collections::BTreeMap<&str, f64>> = Default::default();
+        let mut time = |name: &'static str, f: &mut dyn FnMut() -> candle_core::Result<Tensor>| {
+            let t0 = std::time::Instant::now();
+            let y = f();
+            *acc.borrow_mut().entry(name).or_default() += t0.elapsed().as_secs_f64() * 1e3;
+            y
+        };
+        for round in 0..3 {
+            let h1 = time("stem conv1 + GELU", &mut || net.stem[0].forward_gelu(&x))?;
+            let mut h = time("stem conv2", &mut || net.stem[1].forward(&h1))?;
+            let block = |h: Tensor, b: &Block, time: &mut Timer| -> candle_core::Result<Tensor> {
+                let mut h = time("token mixer (depthwise)", &mut || b.token_mixer.forward(&h))?;
+                if let Some(se) = &b.se {
+                    h = time("squeeze-excite", &mut || se.forward(&h))?;
+                }
+                time("channel mixer", &mut || b.mlp.forward_residual(&h))
+            };
+            for stage in &net.stages {
+                if let Some(d) = &stage.downsample {
+                    h = block(h, &d.pre_block, &mut time)?;
+                    h = time("downsample depthwise", &mut || d.spatial.forward(&h))?;
+                    h = time("downsample 1x1", &mut || d.channel.forward(&h))?;
+                    h = time("channel mixer", &mut || d.ffn.forward_residual(&h))?;
+                }
+                for b in &stage.blocks {
+                    h = block(h, b, &mut time)?;
+                }
+            }
+            if round == 0 {
+                acc.borrow_mut().clear();
+            }
+        }
+        for (k, v) in acc.borrow().iter() {
+            println!("{k:28} {:7.1} ms", v / 2.0);
+        }
+        // The whole forward (fused token + channel mixers where a block has no squeeze-excite).
+        let mut whole = Vec::new();
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            net.forward(&x)?;
+            whole.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        whole.sort_by(|a, b| a.total_cmp(b));
+        println!("{:28} {:7.1} ms", "forward (median of 5)", whole[2]);
+        Ok(())
+    }
+}

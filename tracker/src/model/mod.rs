@@ -1,0 +1,23 @@
+//! The EdgeTAM model, one file per stage, in the order a frame flows through them:
+//! [`image_encoder`] (RepViT backbone, FPN neck, the decoder's high-resolution projections),
+//! [`prompt_encoder`], [`decoder`] (two-way transformer, cross-attentions, upscaling),
+//! [`memory_attention`] (RoPE, the memory cross-attention), [`memory_encoder`] and [`perceiver`].
+//! [`edgetam`] holds them together; [`weights`] and [`original_keys`] load checkpoints.
+//!
+//! Stage files compose the crate's kernels ([`crate::kernels`]); they hold no custom op, no
+//! intrinsics and no CPU feature probe.
+
+pub(crate) mod config;
+pub(crate) mod conv;
+pub(crate) mod decoder;
+pub(crate) mod edgetam;
+pub(crate) mod image_encoder;
+pub(crate) mod layers;
+pub(crate) mod memory_attention;
+pub(crate) mod memory_encoder;
+pub(crate) mod original_keys;
+pub(crate) mod perceiver;
+pub(crate) mod position_encoding;
+pub(crate) mod precision;
+pub(crate) mod prompt_encoder;
+pub(crate) mod weights;
