@@ -7,7 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use edgetam::tracker::{model::mask_area_and_box, EdgeTam, EdgeTamConfig, MultimaskMode, Prompt};
+use edgetam::tracker::{mask_area_and_box, EdgeTam, EdgeTamConfig, MultimaskMode, Prompt};
 
 fn main() -> Result<()> {
     // Compute-thread settings and heap reuse, before any thread exists (see the README).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
-use edgetam::tracker::work::StageWork;
+use edgetam::tracker::internals::StageWork;
 use edgetam::tracker::{EdgeTam, Precision, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -264,7 +264,7 @@ struct TransferPerFrame {
 }
 
 impl TransferPerFrame {
-    fn new(t: edgetam::tracker::transfer::Transfers, frames: usize) -> Self {
+    fn new(t: edgetam::tracker::internals::transfer::Transfers, frames: usize) -> Self {
         let n = frames.max(1) as f64;
         Self {
             uploaded_bytes: t.uploaded_bytes as f64 / n,
@@ -502,13 +502,13 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                     frames: args.frames,
                     progress: &progress,
                 };
-                let moved_before = edgetam::tracker::transfer::snapshot();
+                let moved_before = edgetam::tracker::internals::transfer::snapshot();
                 let frames = if ahead {
                     run.ahead(objects)?
                 } else {
                     run.serial(objects)?
                 };
-                let moved = edgetam::tracker::transfer::snapshot().since(&moved_before);
+                let moved = edgetam::tracker::internals::transfer::snapshot().since(&moved_before);
                 let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
                 let mut r = report(
                     &shared,

@@ -7,7 +7,7 @@ pub use edgetam_tracker as tracker;
 pub mod draw;
 mod names;
 
-/// Keep freed activation buffers in the heap (glibc): see [`tracker::allocator`].
-pub use edgetam_tracker::allocator::keep_freed_memory;
-pub use edgetam_tracker::kernels::pin_default_threads;
+/// Keep freed activation buffers in the heap (glibc): see [`tracker::keep_freed_memory`].
+pub use edgetam_tracker::keep_freed_memory;
+pub use edgetam_tracker::pin_default_threads;
 pub use names::natural_cmp;

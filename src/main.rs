@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use edgetam::draw;
 use edgetam::pipeline::prompt_spec;
 use edgetam::tracker::{
-    checks, fixture::Fixture, model::mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
+    checks, checks::fixture::Fixture, mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
     MultimaskMode, Point, PointLabel, Prompt, Weights,
 };
 

@@ -9,7 +9,7 @@ use edgetam_tracker::{PixelLayout, RawFrame};
 use crate::error::FrameError;
 
 /// BT.601 limited range, 8-bit fixed point (see [`PixelFormat`]): the tracker's conversion.
-pub use edgetam_tracker::raw_frame::yuv_to_rgb;
+pub use edgetam_tracker::yuv_to_rgb;
 
 /// Layout of a frame's pixels.
 ///

@@ -24,7 +24,7 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     // The compute threads' settings (core count, candle's idle spinning: 8-10 % of a frame on
     // 2 cores) where the environment leaves them unset. Plugins load before streaming starts,
     // the earliest point an element gets; the model's first op comes later, in `start`.
-    edgetam_tracker::kernels::pin_default_threads();
+    edgetam_tracker::pin_default_threads();
     edgetamtrack::register(plugin)
 }
 

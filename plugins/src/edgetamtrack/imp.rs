@@ -895,7 +895,7 @@ impl BaseTransformImpl for EdgeTamTrack {
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         // Reuse freed activation buffers instead of re-faulting them every frame (glibc).
-        edgetam_tracker::allocator::keep_freed_memory();
+        edgetam_tracker::keep_freed_memory();
         let settings = self.settings();
         let mut state = self.load(&settings).map_err(|e| {
             let kind = match e {
