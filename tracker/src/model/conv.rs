@@ -565,7 +565,7 @@ impl Dense {
     pub(crate) fn forward_norm_gelu(
         &self,
         x: &Tensor,
-        norm: &crate::model::layers::HostNorm,
+        norm: &crate::kernels::norm::HostNorm,
     ) -> candle_core::Result<Option<Tensor>> {
         if !fused_ok(x) || norm.weight.len() != self.host_bias.len() {
             return Ok(None);
@@ -593,7 +593,7 @@ enum DenseEpilogue<'a> {
     None,
     Gelu,
     /// Channels-first LayerNorm, then GELU.
-    NormGelu(&'a crate::model::layers::HostNorm),
+    NormGelu(&'a crate::kernels::norm::HostNorm),
 }
 
 /// Output pixels per im2col chunk.

@@ -150,7 +150,7 @@ struct DownLayer {
     conv: Dense,
     norm: LayerNorm2d,
     /// The norm's parameters on the host, for the conv's fused norm + GELU pass.
-    host_norm: crate::model::layers::HostNorm,
+    host_norm: crate::kernels::norm::HostNorm,
 }
 
 /// One `EdgeTamVideoMemoryFuserCXBlock` (ConvNeXt block), computed in NCHW throughout: the

@@ -16,10 +16,11 @@ use candle_core::{DType, Tensor, D};
 use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
+use crate::kernels::norm::HostNorm;
 use crate::model::config::{EdgeTamConfig, MaskDecoderConfig};
 use crate::model::decoder::two_way_transformer::TwoWayTransformer;
 use crate::model::decoder::upscale::{InputLayout, Upscale2x};
-use crate::model::layers::{Activation, FeedForward, HostNorm, LayerNorm2d};
+use crate::model::layers::{Activation, FeedForward, LayerNorm2d};
 
 /// Eps of the upscale LayerNorm (`EdgeTamVideoLayerNorm` default), unlike the transformer's 1e-5.
 const UPSCALE_NORM_EPS: f64 = 1e-6;

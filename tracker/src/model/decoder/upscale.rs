@@ -12,8 +12,8 @@ use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use candle_nn::VarBuilder;
 
 use crate::kernels::gemm::{packed_unchecked, PackedB};
+use crate::kernels::norm::HostNorm;
 use crate::kernels::{f32_slice, run_tasks_with, threads};
-use crate::model::layers::HostNorm;
 
 /// How the input holds its `C_in x (h * w)` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
