@@ -410,6 +410,7 @@ impl MemoryEncoder {
     /// Projection of the image features + downsampled mask, then the fuser: `[B, 256, e, e]`.
     /// `pix_feat` may be one row for all `B` masks: it is projected once (the objects of a
     /// frame share it) and broadcast.
+    #[cfg(any(test, feature = "checks"))]
     pub fn fuse(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
         let mut x =
             crate::kernels::add(&self.feature_projection.forward(pix_feat)?, mask_features)?;
@@ -420,6 +421,7 @@ impl MemoryEncoder {
     }
 
     /// Final 1x1 projection and the position encoding of its grid.
+    #[cfg(any(test, feature = "checks"))]
     pub fn project(&self, fused: &Tensor) -> Result<(Tensor, Tensor)> {
         let features = self.projection.forward(fused)?;
         let (b, _, h, w) = features.dims4()?;

@@ -17,7 +17,7 @@
 //! convs one after the other: 1.8-2x the exact mixer at the stride-16/32 stages and the memory
 //! fuser's shape.
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::{accumulate_block, block_scratch, PackedWeight};
 use crate::kernels::gelu::gelu_slice;
@@ -44,6 +44,17 @@ pub(crate) struct ChannelMixer<'a> {
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
+}
+
+/// `residual + scale * conv2(gelu(conv1(x)))` as one pass over pixel blocks (NCHW f32 on the
+/// CPU; with a token mixer, `x` and `residual` are both the block input).
+pub(crate) fn channel_mixer(
+    x: &Tensor,
+    residual: &Tensor,
+    op: &ChannelMixer,
+) -> candle_core::Result<Tensor> {
+    x.contiguous()?
+        .apply_op2_no_bwd(&residual.contiguous()?, op)
 }
 
 /// Per-worker scratch.

@@ -1,5 +1,8 @@
-//! Convolutions on the CPU: depthwise, pointwise (1x1) in bf16, RepViT's fused channel mixer.
+//! Convolutions on the CPU: dense (im2col), depthwise, pointwise (1x1) in f32 and bf16, and
+//! RepViT's channel mixer (two 1x1 convs with GELU between) as one pass.
 
 pub(crate) mod channel_mixer;
+pub(crate) mod dense;
 pub(crate) mod depthwise;
+pub(crate) mod pointwise;
 pub(crate) mod pointwise_bf16;
