@@ -12,6 +12,7 @@ pub(crate) mod gelu;
 pub(crate) mod gemm;
 pub(crate) mod linear;
 pub(crate) mod linear_bf16;
+pub(crate) mod mask_input;
 pub(crate) mod norm;
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::frame::postprocess::resize_logits;
 use crate::kernels::conv::depthwise::Depthwise;
 use crate::kernels::gelu::gelu;
+use crate::kernels::mask_input::{mask_input, UnitMask};
 use crate::model::config::EdgeTamConfig;
 use crate::model::conv::{Dense, Pointwise};
 use crate::model::layers::LayerNorm2d;
@@ -77,65 +78,16 @@ pub fn mask_for_memory(
     let low_res = present.where_cond(&low_res, &no_obj)?;
     let s = cfg.image_size;
     let high_res = resize_logits(&low_res, s, s)?;
-    if high_res.device().is_cpu() {
-        let op = MaskToInput {
-            source,
-            scale: cfg.sigmoid_scale_for_mem_enc as f32,
-            bias: cfg.sigmoid_bias_for_mem_enc as f32,
-        };
-        return Ok(high_res.contiguous()?.apply_op1_no_bwd(&op)?);
-    }
-    mask_input_by_tensor_ops(cfg, &high_res, source)
-}
-
-/// The unit mask and [`scale_mask`] as tensor ops (GPU path; the CPU op's reference in tests).
-fn mask_input_by_tensor_ops(
-    cfg: &EdgeTamConfig,
-    high_res: &Tensor,
-    source: MaskSource,
-) -> Result<Tensor> {
     let unit = match source {
-        MaskSource::Prompted => high_res.gt(0.0)?.to_dtype(DType::F32)?,
-        MaskSource::Tracked => candle_nn::ops::sigmoid(high_res)?,
+        MaskSource::Prompted => UnitMask::Threshold,
+        MaskSource::Tracked => UnitMask::Sigmoid,
     };
-    scale_mask(cfg, &unit)
-}
-
-/// The memory encoder's input from the upsampled logits on the CPU in one pass (unit mask, then
-/// [`scale_mask`]): the tensor path's three or four full-size ops took ~4 ms per object at 1024.
-/// Same operations per value as candle's `sigmoid` (`1 / (exp(-v) + 1)`), `gt(0)` and affine
-/// maps, so the result is bit-identical.
-struct MaskToInput {
-    source: MaskSource,
-    scale: f32,
-    bias: f32,
-}
-
-impl candle_core::CustomOp1 for MaskToInput {
-    fn name(&self) -> &'static str {
-        "memory-mask-input"
-    }
-
-    fn cpu_fwd(
-        &self,
-        storage: &candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        let x = crate::kernels::f32_slice(storage, layout, "upsampled mask logits")?;
-        let (scale, bias) = (self.scale, self.bias);
-        let out = crate::kernels::output_in_chunks(x.len(), 1 << 16, |k, o| {
-            let src = &x[k << 16..][..o.len()];
-            for (o, &v) in o.iter_mut().zip(src) {
-                let unit = match self.source {
-                    MaskSource::Prompted => f32::from(u8::from(v > 0.0)),
-                    MaskSource::Tracked => ((-v).exp() + 1.0).recip(),
-                };
-                // candle's `affine(scale, 0)` then `affine(1, bias)`.
-                *o = (unit * scale + 0.0) * 1.0 + bias;
-            }
-        });
-        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
-    }
+    Ok(mask_input(
+        &high_res,
+        unit,
+        cfg.sigmoid_scale_for_mem_enc,
+        cfg.sigmoid_bias_for_mem_enc,
+    )?)
 }
 
 /// `mask * sigmoid_scale_for_mem_enc + sigmoid_bias_for_mem_enc` (two roundings, like torch's
@@ -501,32 +453,6 @@ mod tests {
         assert!(occluded.iter().all(|&v| v == -10.0));
         let present = m.get(0)?.flatten_all()?.to_vec1::<f32>()?;
         assert!(present.iter().any(|&v| v > 0.0) && present.iter().any(|&v| v < 0.0));
-        Ok(())
-    }
-
-    /// The fused CPU op against the tensor ops, bit for bit, for both mask sources (values
-    /// around 0 and far out, where `exp` saturates).
-    #[test]
-    fn cpu_mask_input_is_bit_identical_to_tensor_ops() -> Result<()> {
-        let cfg = cfg(256);
-        let mut v = Tensor::randn(0f32, 4.0, (2, 1, 256, 256), &Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        v[..6].copy_from_slice(&[0.0, -0.0, 100.0, -100.0, -1024.0, 1e-30]);
-        let high = Tensor::from_vec(v, (2, 1, 256, 256), &Device::Cpu)?;
-        for source in [MaskSource::Tracked, MaskSource::Prompted] {
-            let op = MaskToInput {
-                source,
-                scale: cfg.sigmoid_scale_for_mem_enc as f32,
-                bias: cfg.sigmoid_bias_for_mem_enc as f32,
-            };
-            let fast = high.apply_op1_no_bwd(&op)?;
-            let slow = mask_input_by_tensor_ops(&cfg, &high, source)?;
-            assert!(
-                crate::checks::compare::same_bits(&fast, &slow)?,
-                "{source:?}"
-            );
-        }
         Ok(())
     }
 
