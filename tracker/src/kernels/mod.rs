@@ -14,6 +14,7 @@ pub(crate) mod linear;
 pub(crate) mod linear_bf16;
 pub(crate) mod mask_input;
 pub(crate) mod norm;
+pub(crate) mod resize;
 pub(crate) mod rope;
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};

@@ -7,8 +7,8 @@ use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{ObjectMemory, Selection};
 
 use crate::error::{Error, Result};
-use crate::frame::postprocess::resize_antialiased;
 use crate::kernels::nchw_to_tokens;
+use crate::kernels::resize::resize_antialiased;
 use crate::model::edgetam::{EdgeTam, ImageEmbedding, Segmentation};
 use crate::model::memory_encoder::{mask_for_memory, scale_mask, MaskSource};
 

@@ -25,7 +25,6 @@ use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 
 use crate::error::{Error, Result};
-use crate::frame::postprocess;
 use crate::frame::RawFrame;
 use crate::instrument::timings::{timed, StageTimes};
 use crate::model::edgetam::{
@@ -661,7 +660,7 @@ fn prompted_step(
             let resized = if m.width == s && m.height == s {
                 plane
             } else {
-                postprocess::resize_antialiased(&plane, m.height, m.width, s, s)?
+                crate::kernels::resize::resize_antialiased(&plane, m.height, m.width, s, s)?
                     .into_iter()
                     .map(|v| if v >= 0.5 { 1.0 } else { 0.0 })
                     .collect()
