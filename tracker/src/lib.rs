@@ -65,11 +65,11 @@ pub mod internals {
     pub use crate::instrument::macs::StageWork;
     pub use crate::instrument::transfer::{self, Transfers};
     pub use crate::kernels::attention::bf16::scaled_dot_product_bf16;
+    pub use crate::kernels::attention::split_key::split_key_attention;
     pub use crate::kernels::attention::{scaled_dot_product, scaled_dot_product_unfused};
     pub use crate::kernels::conv::depthwise::Depthwise;
     pub use crate::kernels::rope::rotate_pairwise;
     pub use crate::model::decoder::{select_single_mask, stability_scores, MaskDecoder};
-    pub use crate::model::memory_attention::cross_attention::split_key_attention;
     pub use crate::model::memory_attention::rope::AxialRope;
     pub use crate::model::memory_attention::MemoryAttention;
     pub use crate::model::original_keys::{to_transformers, transformers_name};

@@ -11,6 +11,8 @@
 //! differs, which is float noise (see the tests).
 
 pub(crate) mod bf16;
+pub(crate) mod image_to_tokens;
+pub(crate) mod split_key;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 

@@ -19,10 +19,9 @@
 //!
 //! At 1024 this is 0.7 of the decoder's 1.8 GMAC per object not computed (5 calls).
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{DType, Result, Tensor};
 
-use crate::kernels::gemm::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, run_tasks_with, threads};
+use crate::kernels::attention::image_to_tokens::image_to_tokens;
 use crate::model::layers::HeadProjections;
 
 /// Up to this many queries against at least [`MIN_LONG`] keys the fold pays.
@@ -115,9 +114,6 @@ pub struct FoldedQueries {
     bo: Tensor,
 }
 
-/// Query rows per task of the folded image-to-token pass.
-const ROWS_PER_TASK: usize = 64;
-
 impl FoldedQueries {
     /// From the query and output projections.
     pub fn new(proj: &HeadProjections) -> Result<Self> {
@@ -189,96 +185,7 @@ impl FoldedQueries {
             1,
         )?
         .contiguous()?;
-        query
-            .contiguous()?
-            .apply_op3_no_bwd(&m, &p, &ImageToTokens { heads: h, keys: lk })
-    }
-}
-
-/// The folded image-to-token pass: per block of query rows, scores against every head's keys,
-/// a softmax per head, and the value-output product.
-struct ImageToTokens {
-    heads: usize,
-    keys: usize,
-}
-
-impl CustomOp3 for ImageToTokens {
-    fn name(&self) -> &'static str {
-        "folded-image-to-token-attention"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, "image-to-token queries")?;
-        let m = f32_slice(s2, l2, "image-to-token folded keys")?;
-        let p = f32_slice(s3, l3, "image-to-token folded values")?;
-        let (n, lq, c) = l1.shape().dims3()?;
-        let g = self.heads * self.keys;
-        let (_, _, out_ch) = l3.shape().dims3()?;
-        if l2.shape().dims() != [n, c + 1, g] || l3.shape().dims() != [n, g + 1, out_ch] {
-            candle_core::bail!(
-                "image-to-token attention: queries {:?}, keys {:?}, values {:?}",
-                l1.shape().dims(),
-                l2.shape().dims(),
-                l3.shape().dims()
-            );
-        }
-        let shape = Shape::from((n, lq, out_ch));
-        let mut out = crate::kernels::zeroed(n * lq * out_ch);
-        if out.is_empty() || g == 0 {
-            return Ok((CpuStorage::F32(out), shape));
-        }
-        let packed: Vec<(PackedB, PackedB)> = (0..n)
-            .map(|b| {
-                let mb = &m[b * (c + 1) * g..];
-                let pb = &p[b * (g + 1) * out_ch..];
-                (
-                    PackedB::from_rows(mb, c, g, g),
-                    PackedB::from_rows(pb, g, out_ch, out_ch),
-                )
-            })
-            .collect();
-        let tasks = crate::kernels::row_tiles(&mut out, lq, out_ch, ROWS_PER_TASK);
-        let t = self.keys;
-        run_tasks_with(
-            tasks,
-            threads(),
-            || vec![0f32; ROWS_PER_TASK * g],
-            |scores, (b, r0, o)| {
-                let rows = o.len() / out_ch;
-                let (mk, pv) = &packed[b];
-                let score_bias = &m[(b * (c + 1) + c) * g..][..g];
-                let out_bias = &p[(b * (g + 1) + g) * out_ch..][..out_ch];
-                let s = &mut scores[..rows * g];
-                for row in s.chunks_mut(g) {
-                    row.copy_from_slice(score_bias);
-                }
-                let xs = &x[(b * lq + r0) * c..][..rows * c];
-                gemm_packed(rows, xs, c, mk, 0..c, 0..g, s, g, true);
-                // Softmax over each head's keys.
-                for head in s.chunks_mut(t) {
-                    let max = head.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                    let mut sum = 0f32;
-                    for v in head.iter_mut() {
-                        *v = (*v - max).exp();
-                        sum += *v;
-                    }
-                    head.iter_mut().for_each(|v| *v /= sum);
-                }
-                for row in o.chunks_mut(out_ch) {
-                    row.copy_from_slice(out_bias);
-                }
-                gemm_packed(rows, s, g, pv, 0..g, 0..out_ch, o, out_ch, true);
-            },
-        );
-        Ok((CpuStorage::F32(out), shape))
+        image_to_tokens(query, &m, &p, h, lk)
     }
 }
 
@@ -318,7 +225,7 @@ mod tests {
     }
 
     /// Folded vs unfolded wall time at the decoder's shapes (1024 input):
-    /// `cargo test --release -p edgetam-tracker --lib folded_attention::tests::speed -- --ignored --nocapture`
+    /// `cargo test --release -p edgetam-tracker --lib model::decoder::cross_attention::tests::speed -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn speed() -> Result<()> {

@@ -19,14 +19,13 @@ use candle_core::{DType, Module, Tensor};
 use candle_nn::{linear, VarBuilder};
 
 use crate::error::{Error, Result};
+use crate::kernels::attention::split_key::{split_key_attention, split_key_attention_bf16};
 use crate::kernels::linear::FusedReluMlp;
 use crate::kernels::linear_bf16::FusedReluMlpBf16;
 use crate::kernels::linear_bf16::SwitchLinear;
 use crate::model::config::EdgeTamConfig;
 use crate::model::layers::{Activation, HeadProjections, LayerNorm, TORCH_LAYER_NORM_EPS};
-use crate::model::memory_attention::cross_attention::{
-    split_key_attention, split_key_attention_bf16, FoldedProjections,
-};
+use crate::model::memory_attention::cross_attention::FoldedProjections;
 use crate::model::memory_attention::rope::AxialRope;
 
 /// An invalid argument to the memory attention (shapes or memory layout), as a tensor error.
