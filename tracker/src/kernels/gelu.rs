@@ -65,13 +65,12 @@ pub(crate) fn gelu_scalar(x: f32) -> f32 {
 pub(crate) fn gelu_slice(data: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::kernels::cpu::avx512f() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             unsafe { gelu_slice_avx512(data) };
             return;
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if crate::kernels::cpu::avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
             unsafe { gelu_slice_avx2(data) };
             return;

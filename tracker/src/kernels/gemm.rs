@@ -218,7 +218,7 @@ pub(crate) unsafe fn packed_unchecked(
     accumulate: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if avx512() {
+    if crate::kernels::cpu::avx512f() {
         // SAFETY: AVX-512F is present; the caller bounds the operands.
         unsafe { avx512::gemm(m, a, lda, b, k_range, n_range, c, ldc, accumulate) };
         return;
@@ -254,7 +254,7 @@ pub fn gemm_rows(
             && c.len() >= (m - 1) * ldc + n,
         "gemm_rows: an operand is too short"
     );
-    if !avx512() || k == 0 {
+    if !crate::kernels::cpu::avx512f() || k == 0 {
         let parallelism = if workers > 1 {
             gemm::Parallelism::Rayon(workers)
         } else {
@@ -318,18 +318,6 @@ pub fn gemm_rows(
             }
             run();
         });
-    }
-}
-
-/// Whether the AVX-512 kernel runs on this CPU.
-pub fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 

@@ -10,7 +10,8 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use candle_nn::Linear;
 
-use crate::kernels::gemm::{avx512, gemm_packed, PackedB};
+use crate::kernels::cpu::avx512f as avx512;
+use crate::kernels::gemm::{gemm_packed, PackedB};
 use crate::kernels::{f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with};
 
 /// Rows per task: a task sweeps the whole packed weight once.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use candle_nn::Linear;
 
-use crate::kernels::attention::bf16::supported;
+use crate::kernels::cpu;
 use crate::kernels::linear::{mlp_op, MlpWidths, PackedLinear, MLP_ROWS_PER_TASK};
 use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with};
 
@@ -35,7 +35,7 @@ impl Bf16Linear {
     pub fn new(linear: &Linear) -> candle_core::Result<Option<Self>> {
         let w = linear.weight();
         let (outputs, inputs) = w.dims2()?;
-        if !supported()
+        if !cpu::bf16()
             || !inputs.is_multiple_of(2)
             || !outputs.is_multiple_of(16)
             || !w.device().is_cpu()
@@ -46,10 +46,8 @@ impl Bf16Linear {
         let mut packed = vec![0u32; inputs / 2 * outputs];
         for o in 0..outputs {
             for kp in 0..inputs / 2 {
-                packed[kp * outputs + o] =
-                    crate::kernels::attention::bf16::bf16_bits(w[o * inputs + 2 * kp])
-                        | (crate::kernels::attention::bf16::bf16_bits(w[o * inputs + 2 * kp + 1])
-                            << 16);
+                packed[kp * outputs + o] = crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp])
+                    | (crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp + 1]) << 16);
             }
         }
         let bias = match linear.bias() {
@@ -69,7 +67,7 @@ impl Bf16Linear {
     fn rows(&self, x: &[f32], pairs: &mut [u32], out: &mut [f32]) {
         let n = out.len() / self.outputs;
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Bf16Linear` exists only where `supported()` (AVX-512F + AVX512-BF16); `x` is
+        // SAFETY: `Bf16Linear` exists only where `cpu::bf16()` (AVX-512F + AVX512-BF16); `x` is
         // `n x inputs`, `out` `n x outputs` and `pairs` holds `n x inputs / 2`.
         unsafe {
             x86::rows(self, x, &mut pairs[..n * self.inputs / 2], out);
@@ -166,7 +164,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Bf16Linear;
-    use crate::kernels::attention::bf16::to_bf16_pairs;
+    use crate::kernels::bf16::to_bf16_pairs;
 
     /// `out[r][o] = bias[o] + sum_kp x[r][kp] . w[kp][o]` for `R` rows and `C` blocks of 16
     /// outputs starting at block `b0`.
@@ -309,7 +307,7 @@ mod tests {
 
     #[test]
     fn matches_the_exact_layer_within_bf16_rounding() -> candle_core::Result<()> {
-        if !supported() {
+        if !cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }
@@ -358,7 +356,7 @@ mod fused_mlp {
     /// other (same roundings, same sums), also for a row count that is not a whole task.
     #[test]
     fn equals_the_unfused_layers() -> candle_core::Result<()> {
-        if !supported() {
+        if !cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }
@@ -396,7 +394,7 @@ mod profile {
     #[test]
     #[ignore]
     fn mlp_shapes() -> candle_core::Result<()> {
-        if !supported() {
+        if !cpu::bf16() {
             return Ok(());
         }
         let dev = Device::Cpu;

@@ -5,7 +5,9 @@
 //! rearrange values (and add a bias), so results are bit-identical to the tensor-op paths.
 
 pub(crate) mod attention;
+pub(crate) mod bf16;
 pub(crate) mod conv;
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod gelu;
@@ -77,7 +79,7 @@ pub fn pin_default_threads() {
 #[inline(always)]
 pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::gemm::avx512() {
+    if crate::kernels::cpu::avx512f() {
         #[target_feature(enable = "avx512f")]
         unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
             f()

@@ -332,9 +332,7 @@ impl EdgeTam {
     /// the model stays exact f32 and says so in a warning.
     pub fn set_precision(&mut self, precision: crate::Precision) -> crate::Precision {
         let effective = match precision {
-            crate::Precision::Bf16
-                if self.device.is_cpu() && crate::kernels::attention::bf16::supported() =>
-            {
+            crate::Precision::Bf16 if self.device.is_cpu() && crate::kernels::cpu::bf16() => {
                 crate::Precision::Bf16
             }
             crate::Precision::Bf16 => {

@@ -8,26 +8,14 @@
 //! the instruction reads; queries and probabilities are converted per tile with
 //! `vcvtne2ps2bf16` (round to nearest even).
 //!
-//! Only CPUs with AVX512-BF16 run it ([`supported`]); elsewhere callers get the exact f32 kernel.
+//! Only CPUs with AVX512-BF16 run it ([`cpu::bf16`]); elsewhere callers get the exact f32 kernel.
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
+use crate::kernels::bf16::bf16_bits;
+use crate::kernels::cpu;
 use crate::kernels::{f32_slice, run_tasks_with, threads};
-
-/// Whether this CPU has the instructions of the bf16 kernel.
-pub fn supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
 
 /// `softmax(q k^T * scale) v` with bf16 products (see the module docs): `q` `[N, H, Lq, D]`,
 /// `k`/`v` `[N, H, Lk, D]`. Falls back to the exact kernel where the CPU lacks AVX512-BF16,
@@ -37,7 +25,7 @@ pub fn scaled_dot_product_bf16(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -
         .iter()
         .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
     let d = q.dims().last().copied().unwrap_or(0);
-    if !(cpu_f32 && supported() && d > 0 && d.is_multiple_of(16)) {
+    if !(cpu_f32 && cpu::bf16() && d > 0 && d.is_multiple_of(16)) {
         return crate::kernels::attention::scaled_dot_product(q, k, v, scale);
     }
     q.contiguous()?.apply_op3_no_bwd(
@@ -51,11 +39,6 @@ pub fn scaled_dot_product_bf16(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -
 
 struct FusedAttentionBf16 {
     scale: f32,
-}
-
-/// Round-to-nearest-even bf16 bits of `x`.
-pub(crate) fn bf16_bits(x: f32) -> u32 {
-    u32::from(half::bf16::from_f32(x).to_bits())
 }
 
 /// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
@@ -112,7 +95,7 @@ impl PackedKeys {
             |rows, (j0, kc, vc)| {
                 let n = per.min(lk - j0);
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: `PackedKeys` is built only where `supported()`; the slices cover keys
+                // SAFETY: `PackedKeys` is built only where `cpu::bf16()`; the slices cover keys
                 // `j0..j0 + n` of `k` and `v` and their packed blocks and pairs.
                 unsafe {
                     x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, rows, kc);
@@ -141,7 +124,7 @@ impl PackedKeys {
 /// keys; `out` is `rows x dv`, the groups' common value width.
 ///
 /// # Safety
-/// The CPU must have AVX512-BF16 ([`supported`]); `scratch` must come from [`Scratch::new`] for at
+/// The CPU must have AVX512-BF16 ([`cpu::bf16`]); `scratch` must come from [`Scratch::new`] for at
 /// least the widest group's key width, `rows <= TILE_Q`, and every group's `dv` equal
 /// `out.len() / rows`.
 pub(crate) unsafe fn attend_groups(
@@ -207,7 +190,7 @@ impl CustomOp3 for FusedAttentionBf16 {
                 l3.shape().dims()
             );
         }
-        if !supported() {
+        if !cpu::bf16() {
             candle_core::bail!("bf16 attention needs a CPU with AVX512-BF16");
         }
         let shape = Shape::from((n, h, lq, d));
@@ -230,7 +213,7 @@ impl CustomOp3 for FusedAttentionBf16 {
             |scratch, (bh, q0, tile)| {
                 let rows = tile.len() / d;
                 let qt = &q[(bh * lq + q0) * d..][..rows * d];
-                // SAFETY: `supported()` was checked above; the scratch fits width `d`, the tile
+                // SAFETY: `cpu::bf16()` was checked above; the scratch fits width `d`, the tile
                 // has at most TILE_Q rows of the keys' value width `d`.
                 unsafe { attend_groups(&[(qt, &packed[bh])], tile, scratch, scale) };
             },
@@ -265,65 +248,11 @@ impl Scratch {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{interleave_bf16, to_bf16_pairs};
-
-#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
     use super::{online_softmax, PackedKeys, Scratch, TILE_K};
-
-    /// `n` f32 at `src` -> `n` bf16 at `dst` (as `n / 2` pairs), `n` a multiple of 2; the tail
-    /// past the last multiple of 32 is converted one pair at a time with the same rounding.
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(crate) unsafe fn to_bf16_pairs(src: &[f32], dst: &mut [u32]) {
-        let n = src.len();
-        let mut i = 0;
-        while i + 32 <= n {
-            let lo = _mm512_loadu_ps(src.as_ptr().add(i));
-            let hi = _mm512_loadu_ps(src.as_ptr().add(i + 16));
-            let packed = _mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(
-                dst.as_mut_ptr().add(i / 2).cast(),
-                std::mem::transmute::<__m512bh, __m512i>(packed),
-            );
-            i += 32;
-        }
-        while i < n {
-            let b = src.get(i + 1).copied().unwrap_or(0.0);
-            dst[i / 2] = super::bf16_bits(src[i]) | (super::bf16_bits(b) << 16);
-            i += 2;
-        }
-    }
-
-    /// `out[i] = bf16(a[i]) | bf16(b[i]) << 16` (`b` absent: zeros), 16 lanes at a time.
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(crate) unsafe fn interleave_bf16(a: &[f32], b: Option<&[f32]>, out: &mut [u32]) {
-        // Lanes (a0, b0, a1, b1, ...) from the two converted 16-lane halves.
-        let idx = _mm512_set_epi16(
-            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
-            4, 19, 3, 18, 2, 17, 1, 16, 0,
-        );
-        let n = out.len().min(a.len());
-        let mut i = 0;
-        while i < n {
-            let valid = (n - i).min(16);
-            let mask: __mmask16 = if valid == 16 {
-                0xffff
-            } else {
-                (1u16 << valid) - 1
-            };
-            let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
-            let vb = match b {
-                Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
-                None => _mm512_setzero_ps(),
-            };
-            let halves = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
-            let pairs = _mm512_permutexvar_epi16(idx, halves);
-            _mm512_mask_storeu_epi32(out.as_mut_ptr().add(i).cast(), mask, pairs);
-            i += 16;
-        }
-    }
+    use crate::kernels::bf16::{interleave_bf16, to_bf16_pairs};
 
     /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2) x dv`).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
@@ -599,7 +528,7 @@ mod tests {
     /// (rows not a multiple of 4, keys not a multiple of 16 nor even, several key tiles).
     #[test]
     fn matches_the_exact_kernel_within_bf16_rounding() -> Result<()> {
-        if !supported() {
+        if !cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }
@@ -628,7 +557,7 @@ mod tests {
     /// widths and more keys than one packing task.
     #[test]
     fn vector_packing_equals_scalar() {
-        if !supported() {
+        if !cpu::bf16() {
             return;
         }
         for (lk, d, dv) in [

@@ -338,12 +338,12 @@ pub(crate) fn online_softmax(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::kernels::cpu::avx512f() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             unsafe { online_softmax_avx512(s, cols, scale, max, sum, out, d) };
             return;
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::kernels::cpu::avx2() {
             // SAFETY: the CPU supports AVX2 (checked just above).
             unsafe { online_softmax_avx2(s, cols, scale, max, sum, out, d) };
             return;

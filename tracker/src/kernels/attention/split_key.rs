@@ -43,7 +43,7 @@ pub fn split_key_attention_bf16(
     scale: f64,
 ) -> Result<Tensor> {
     let dv = v.dims().last().copied().unwrap_or(0);
-    let bf16 = crate::kernels::attention::bf16::supported() && dv > 0 && dv.is_multiple_of(16);
+    let bf16 = crate::kernels::cpu::bf16() && dv > 0 && dv.is_multiple_of(16);
     split_keys(q, q_low, k_rot, k_low, v, scale, bf16)
 }
 
@@ -355,7 +355,7 @@ mod tests {
             let fast = split_key_attention_bf16(&q, &ql, &kr, &kl, &v, scale)?;
             assert_eq!(fast.dims(), &[b, lq, dv]);
             let err = crate::checks::compare::compare(&fast, &ops)?.rel_l2;
-            let bf16 = crate::kernels::attention::bf16::supported() && dv % 16 == 0;
+            let bf16 = crate::kernels::cpu::bf16() && dv % 16 == 0;
             if bf16 {
                 assert!(err < 1e-2 && err > 1e-6, "bf16 {b}x{lq}x{d}: rel_l2 {err}");
             } else {

@@ -404,7 +404,7 @@ mod bf16 {
     /// scaled form, a narrower output and the token mixer inside, at odd sizes.
     #[test]
     fn equals_the_two_bf16_convs() -> candle_core::Result<()> {
-        if !crate::kernels::attention::bf16::supported() {
+        if !crate::kernels::cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }
@@ -535,7 +535,7 @@ mod speed {
             .flat_map(|c| [(c, 12288 / c, false), (c, 12288 / c, true)])
             .chain([(256, 64, false), (256, 64, true)])
         {
-            if bf16 && !crate::kernels::attention::bf16::supported() {
+            if bf16 && !crate::kernels::cpu::bf16() {
                 continue;
             }
             // RepViT's stages (hidden 2c), then the memory fuser's shape (hidden 4c).

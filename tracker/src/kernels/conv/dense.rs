@@ -250,12 +250,12 @@ fn im2col_segment(src: &[f32], out: &mut [f32], x0: usize, p: usize, s: usize) {
 fn every_other(src: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::kernels::cpu::avx512f() {
             // SAFETY: the CPU supports AVX-512F (checked just above).
             unsafe { every_other_avx512(src, out) };
             return;
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::kernels::cpu::avx2() {
             // SAFETY: the CPU supports AVX2 (checked just above).
             unsafe { every_other_avx2(src, out) };
             return;
@@ -344,7 +344,7 @@ mod tests {
     /// whose `in * k * k` is even), exact where it is odd (the kernel does not apply).
     #[test]
     fn dense_bf16_within_rounding() -> candle_core::Result<()> {
-        if !crate::kernels::attention::bf16::supported() {
+        if !crate::kernels::cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }

@@ -90,7 +90,7 @@ impl Depthwise {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::kernels::cpu::avx512f() {
                 // SAFETY: the CPU supports AVX-512F (checked just above).
                 unsafe { self.row_segment_avx512(c, plane, hw, at, out) };
                 return;
@@ -370,7 +370,7 @@ impl CustomOp1 for Kernel {
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
         #[cfg(target_arch = "x86_64")]
-        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        let wide = crate::kernels::cpu::avx512f();
         #[cfg(not(target_arch = "x86_64"))]
         let wide = false;
         // One plane per task, handed out dynamically (the machine is shared); each plane is
@@ -506,7 +506,7 @@ mod tests {
             let mut b = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
             // The portable group, and the AVX-512 one where the CPU has it.
-            let wide = crate::kernels::gemm::avx512();
+            let wide = crate::kernels::cpu::avx512f();
             for registers in [false, wide] {
                 let mut a = vec![0f32; oh * ow];
                 kern.plane_wide(registers, 0, &inp, h, w, &mut a, oh, ow);

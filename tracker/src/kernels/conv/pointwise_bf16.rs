@@ -7,7 +7,7 @@
 //! sit in registers; each worker owns a range of pixels, so its slice of the packed input stays
 //! in cache while every output channel reads it.
 
-use crate::kernels::attention::bf16::bf16_bits;
+use crate::kernels::bf16::bf16_bits;
 
 /// Pixels per task of [`conv`] (a multiple of 64): its local output block (`out x 256`
 /// floats, 256 KiB at 256 channels) stays in L2.
@@ -32,7 +32,7 @@ pub(crate) struct PackedWeight {
 impl PackedWeight {
     /// `None` when the kernel does not apply (odd input width, or no AVX512-BF16).
     pub(crate) fn new(weight: &[f32], out_ch: usize, in_ch: usize) -> Option<Self> {
-        if !crate::kernels::attention::bf16::supported()
+        if !crate::kernels::cpu::bf16()
             || in_ch == 0
             || !in_ch.is_multiple_of(2)
             || weight.len() != out_ch * in_ch
@@ -146,7 +146,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::PackedWeight;
-    use crate::kernels::attention::bf16::interleave_bf16;
+    use crate::kernels::bf16::interleave_bf16;
 
     /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs (`ic/2`
     /// rows of `n64` lanes, `n64 = n` rounded up to 16, padded with zeros).
@@ -298,7 +298,7 @@ mod tests {
     /// not multiples of 16 or span several tasks, a batch of 2, residual and GELU epilogues.
     #[test]
     fn matches_the_exact_conv_within_bf16_rounding() -> candle_core::Result<()> {
-        if !crate::kernels::attention::bf16::supported() {
+        if !crate::kernels::cpu::bf16() {
             eprintln!("skipped: this CPU has no AVX512-BF16");
             return Ok(());
         }
