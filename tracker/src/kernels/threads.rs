@@ -1,0 +1,184 @@
+//! The compute threads every CPU kernel runs on: how many (one setting for candle and the
+//! kernels), how tasks are handed out, and outputs written in parallel chunks without a serial
+//! zeroing pass.
+
+/// Number of worker threads for CPU kernels (shared by every custom op of the crate): the same
+/// count candle's matrix products use (`RAYON_NUM_THREADS`, else every core), so one setting
+/// bounds the whole model.
+///
+/// Without `RAYON_NUM_THREADS` candle detects the core count anew on every call (it parses
+/// `/proc/cpuinfo`, ~40 us); the detected count is cached here, the variable still read each time.
+pub(crate) fn threads() -> usize {
+    static DETECTED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let from_env = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&n| n > 0);
+    from_env
+        .unwrap_or_else(|| *DETECTED.get_or_init(candle_core::utils::get_num_threads))
+        .max(1)
+}
+
+/// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
+/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` says otherwise: tens of microseconds, enough to catch
+/// back-to-back ops. candle 0.11's default, 25,000 (about 0.6 ms after *every* large
+/// elementwise op), kept a core busy spinning beside the kernels' workers (measured in
+/// BENCHMARKS.md, "candle's idle spinning").
+pub const CANDLE_SPIN_LIMIT: u32 = 1000;
+
+/// Process-wide settings of the compute threads, for the start of `main` (before any thread
+/// exists: the environment is process-wide and not safe to change while other threads read it).
+/// Each applies only when its variable is unset, so the user's environment wins:
+///
+/// * `RAYON_NUM_THREADS` := the detected core count, so that candle's matrix products stop
+///   re-detecting it (reading `/proc/cpuinfo`) on every call.
+/// * `CANDLE_BARRIER_POOL_SPIN_LIMIT` := [`CANDLE_SPIN_LIMIT`]: candle runs elementwise ops of
+///   64 Ki values and more on a pool of its own whose idle threads otherwise spin for ~0.6 ms
+///   after each op, taking a core from the kernels' workers. The pool reads it once, when
+///   candle first uses it.
+pub fn pin_default_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let n = candle_core::utils::get_num_threads().max(1);
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+        std::env::set_var(
+            "CANDLE_BARRIER_POOL_SPIN_LIMIT",
+            CANDLE_SPIN_LIMIT.to_string(),
+        );
+    }
+}
+
+/// Runs `f` inside a function compiled for AVX-512F when the CPU has it, else as it is. The
+/// worker threads run baseline x86-64 code; `f`'s loops (inlined into that function, so write
+/// them `#[inline(always)]`) then vectorize 16 floats wide. Only the vector width changes: with
+/// no fused multiply-adds in `f` the results are the same bits.
+#[inline(always)]
+pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::avx512f() {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU supports AVX-512F (checked just above).
+        return unsafe { run(f) };
+    }
+    f()
+}
+
+/// Runs `work` on every task on up to `workers` threads (the caller's included), handing the
+/// tasks out one by one (the machine is shared, so a static split would leave cores idle), with
+/// per-worker scratch made by `scratch` (buffers reused across tasks).
+pub(crate) fn run_tasks_with<T: Send, S>(
+    tasks: Vec<T>,
+    workers: usize,
+    scratch: impl Fn() -> S + Sync,
+    work: impl Fn(&mut S, T) + Sync,
+) {
+    let workers = workers.clamp(1, tasks.len().max(1));
+    let queue = std::sync::Mutex::new(tasks.into_iter());
+    let run = || {
+        let mut s = scratch();
+        loop {
+            // A poisoned lock means another worker panicked; stop taking work.
+            let next = match queue.lock() {
+                Ok(mut it) => it.next(),
+                Err(_) => None,
+            };
+            let Some(task) = next else { break };
+            work(&mut s, task);
+        }
+    };
+    if workers == 1 {
+        run();
+        return;
+    }
+    // rayon's pool (the one candle's ops use, sized by `RAYON_NUM_THREADS`) keeps its threads:
+    // no thread start per call.
+    rayon::scope(|scope| {
+        for _ in 1..workers {
+            scope.spawn(|_| run());
+        }
+        run();
+    });
+}
+
+/// A new `len`-float output, filled chunk by chunk (`chunk` floats each, the last one shorter)
+/// by `work(chunk_index, chunk)` on up to `threads()` workers.
+///
+/// Each worker zeroes its chunk right before `work` sees it, instead of `vec![0; len]` zeroing
+/// the whole buffer on the calling thread first: with freed buffers kept in the heap
+/// (`instrument::allocator`) that up-front `memset` was 13 % of the decoder's time, serial and out of
+/// cache. `work` sees zeros, as with `vec!`.
+pub(crate) fn output_in_chunks(
+    len: usize,
+    chunk: usize,
+    work: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    output_in_chunks_with(len, chunk, || (), |_, i, c| work(i, c))
+}
+
+/// `vec![0f32; len]`, zeroed by the workers in parallel chunks: for the ops' multi-MiB outputs
+/// the serial `memset` of a `calloc` that reuses freed heap memory (`instrument::allocator`) left
+/// the other core idle (about 3 % of a frame).
+pub(crate) fn zeroed(len: usize) -> Vec<f32> {
+    output_in_chunks(len, 1 << 16, |_, _| {})
+}
+
+/// An output of `entries` blocks of `rows x width` values cut into tasks of at most
+/// `rows_per_task` rows that never straddle two blocks: `(entry, first_row, chunk)` (the
+/// attention ops' query tiles).
+pub(crate) fn row_tiles(
+    out: &mut [f32],
+    rows: usize,
+    width: usize,
+    rows_per_task: usize,
+) -> Vec<(usize, usize, &mut [f32])> {
+    let per = rows_per_task.max(1);
+    let mut tasks = Vec::new();
+    if rows * width == 0 {
+        return tasks;
+    }
+    for (entry, block) in out.chunks_mut(rows * width).enumerate() {
+        for (t, chunk) in block.chunks_mut(per * width).enumerate() {
+            tasks.push((entry, t * per, chunk));
+        }
+    }
+    tasks
+}
+
+/// `w` output values at `p` as not-yet-written floats, for ops whose output is allocated without
+/// zeroing (every element written once by its task) and written through raw row pointers.
+///
+/// # Safety
+/// `p .. p + w` must lie inside the output's allocation and be written by this task only.
+pub(crate) unsafe fn uninit_row<'a>(p: *mut f32, w: usize) -> &'a mut [std::mem::MaybeUninit<f32>] {
+    // SAFETY: per the caller; `MaybeUninit<f32>` has `f32`'s layout.
+    unsafe { std::slice::from_raw_parts_mut(p.cast::<std::mem::MaybeUninit<f32>>(), w) }
+}
+
+/// [`output_in_chunks`] with per-worker scratch made by `scratch`.
+pub(crate) fn output_in_chunks_with<S>(
+    len: usize,
+    chunk: usize,
+    scratch: impl Fn() -> S + Sync,
+    work: impl Fn(&mut S, usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    let tasks: Vec<(usize, &mut [std::mem::MaybeUninit<f32>])> = out.spare_capacity_mut()[..len]
+        .chunks_mut(chunk.max(1))
+        .enumerate()
+        .collect();
+    run_tasks_with(tasks, threads(), scratch, |s, (i, c)| {
+        c.fill(std::mem::MaybeUninit::new(0.0));
+        // SAFETY: every element of `c` was initialized just above; `MaybeUninit<f32>` has
+        // `f32`'s layout.
+        let c = unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr().cast::<f32>(), c.len()) };
+        work(s, i, c);
+    });
+    // SAFETY: the chunks cover `0..len` and each was zeroed by its task; `run_tasks_with` returns
+    // only after every task ran (a panicking task propagates before this line).
+    unsafe { out.set_len(len) };
+    out
+}
