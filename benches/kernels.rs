@@ -11,10 +11,10 @@
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use edgetam::tracker::internals::{scaled_dot_product, scaled_dot_product_unfused};
 use edgetam::tracker::internals::scaled_dot_product_bf16;
-use edgetam::tracker::internals::Depthwise;
 use edgetam::tracker::internals::split_key_attention;
+use edgetam::tracker::internals::Depthwise;
+use edgetam::tracker::internals::{scaled_dot_product, scaled_dot_product_unfused};
 use edgetam::tracker::{EdgeTam, EdgeTamConfig};
 
 fn randn(shape: &[usize]) -> Tensor {

@@ -19,9 +19,9 @@ use edgetam_tracker::ObjectPrompt;
 use futures::Stream;
 
 use crate::error::{Error, Result};
-use crate::frame::Frame;
 use crate::pipeline::{FrameId, FrameOutput, Pipeline, PushError};
 use crate::stats::Stats;
+use edgetam_tracker::Frame;
 
 /// An async handle on a [`Pipeline`]; clone it to push from one task and read from another.
 #[derive(Clone)]

@@ -1,46 +1,8 @@
-//! Errors of the pipeline and of frame validation.
+//! Errors of the pipeline (a bad frame is the tracker's [`FrameError`]).
 
 use std::time::Duration;
 
-use crate::frame::PixelFormat;
-
-/// Why a [`crate::Frame`] cannot be converted: its size, stride or buffer do not match its
-/// format.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("frame is {width}x{height}: both sides must be at least one pixel")]
-    ZeroSize { width: usize, height: usize },
-    #[error("frame {width}x{height} is too large to address")]
-    TooLarge { width: usize, height: usize },
-    #[error(
-        "{format:?} frame {width} pixels wide needs a row stride of at least {min} bytes, got {stride}"
-    )]
-    StrideTooSmall {
-        format: PixelFormat,
-        width: usize,
-        stride: usize,
-        min: usize,
-    },
-    #[error(
-        "{format:?} frame {width}x{height} with row stride {stride} needs at least {needed} bytes, got {got}"
-    )]
-    BufferTooShort {
-        format: PixelFormat,
-        width: usize,
-        height: usize,
-        stride: usize,
-        needed: usize,
-        got: usize,
-    },
-    #[error("{format:?} is 4:2:0 subsampled: width and height must be even, got {width}x{height}")]
-    OddDimensions {
-        format: PixelFormat,
-        width: usize,
-        height: usize,
-    },
-    #[error("I420 row stride must be even (chroma rows are stride / 2 bytes), got {stride}")]
-    OddStride { stride: usize },
-}
+pub use edgetam_tracker::FrameError;
 
 /// Errors of the pipeline.
 #[derive(Debug, thiserror::Error)]

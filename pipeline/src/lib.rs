@@ -45,7 +45,6 @@
 //!   continuous or not) without copying; see [`mat`].
 
 pub mod error;
-pub mod frame;
 #[cfg(feature = "opencv")]
 pub mod mat;
 pub mod palette;
@@ -58,8 +57,8 @@ pub mod async_pipeline;
 
 #[cfg(feature = "tokio")]
 pub use async_pipeline::AsyncPipeline;
+pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
-pub use frame::{Frame, PixelFormat};
 #[cfg(feature = "opencv")]
 pub use mat::MatError;
 /// The `opencv` crate this one was built against (feature `opencv`).

@@ -16,7 +16,7 @@
 use opencv::core::{Mat, MatTraitConst, CV_8U};
 
 use crate::error::FrameError;
-use crate::frame::{Frame, PixelFormat};
+use edgetam_tracker::{Frame, PixelFormat};
 
 /// Why a `Mat` cannot be taken as a [`Frame`].
 #[derive(Debug, thiserror::Error)]

@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use edgetam_tracker::{
-    EdgeTam, FrameResult, ImageEmbedding, ObjectPrompt, RawFrame, Tracker, TrackerOptions,
+    EdgeTam, Frame, FrameResult, ImageEmbedding, ObjectPrompt, Tracker, TrackerOptions,
 };
 
 use crate::error::{Error, Result};
-use crate::frame::Frame;
 use crate::stats::{StageTimings, Stats, StatsCollector};
 
 /// Id of a pushed frame: 0, 1, 2, ... over every frame [`Pipeline::push`] accepted, dropped
@@ -512,25 +511,11 @@ struct Prepared {
     timestamp: Option<Duration>,
     pushed: Instant,
     timings: StageTimings,
-    image: std::result::Result<(Pixels, usize, usize), Error>,
+    /// The frame on its way to the model: converted to packed RGB8 on the host, or (when the
+    /// model is on a GPU) as pushed, converted on the device with the preprocessing.
+    image: std::result::Result<(Frame<'static>, usize, usize), Error>,
     /// The encoder's output when the producer ran it.
     embedding: Option<Result<ImageEmbedding>>,
-}
-
-/// A frame's pixels on their way to the model: packed RGB8 converted on the host, or (when the
-/// model is on a GPU) the frame as pushed, converted on the device with the preprocessing.
-enum Pixels {
-    Rgb(Vec<u8>),
-    Device(Frame<'static>),
-}
-
-impl Pixels {
-    fn raw(&self, w: usize, h: usize) -> RawFrame<'_> {
-        match self {
-            Pixels::Rgb(rgb) => RawFrame::rgb8(rgb, w, h),
-            Pixels::Device(f) => f.raw(),
-        }
-    }
 }
 
 /// `on_device`: the model runs on a GPU, which converts the frame itself (one upload of the
@@ -545,14 +530,11 @@ fn prepare(id: FrameId, frame: Frame<'static>, pushed: Instant, on_device: bool)
     let image = {
         let _span = tracing::info_span!("convert", frame = id).entered();
         if on_device {
-            frame
-                .validate()
-                .map(|()| (Pixels::Device(frame), w, h))
-                .map_err(Error::from)
+            frame.validate().map(|_| (frame, w, h)).map_err(Error::from)
         } else {
             frame
                 .into_rgb8()
-                .map(|rgb| (Pixels::Rgb(rgb), w, h))
+                .map(|rgb| (Frame::rgb8(rgb, w, h), w, h))
                 .map_err(Error::from)
         }
     };
@@ -603,12 +585,11 @@ impl Producer {
                     let on_device = !self.model.device().is_cpu();
                     let mut p = prepare(id, frame, pushed, on_device);
                     if !self.objects.is_empty() {
-                        if let Ok((pixels, w, h)) = &p.image {
+                        if let Ok((pixels, _, _)) = &p.image {
                             let t = Instant::now();
                             let _span = tracing::info_span!("encode", frame = id).entered();
                             let model = &self.model;
-                            let raw = pixels.raw(*w, *h);
-                            let e = install(&self.pool, || model.encode_frame(&raw));
+                            let e = install(&self.pool, || model.encode_frame(pixels));
                             p.embedding = Some(e.map_err(Error::from));
                             p.timings.encode = t.elapsed();
                         }
@@ -711,7 +692,7 @@ impl TrackStage {
                     }
                 }
                 self.last_size = Some((w, h));
-                match self.track(&pixels.raw(w, h), p.embedding, &mut timings, p.id) {
+                match self.track(&pixels, p.embedding, &mut timings, p.id) {
                     Ok(r) => Outcome::Tracked(r),
                     Err(e) => Outcome::Failed(e),
                 }
@@ -731,7 +712,7 @@ impl TrackStage {
     /// Exactly [`Tracker::track`], with the encoder output taken from the producer when it ran.
     fn track(
         &mut self,
-        frame: &RawFrame,
+        frame: &Frame,
         embedding: Option<Result<ImageEmbedding>>,
         timings: &mut StageTimings,
         id: FrameId,

@@ -1,4 +1,4 @@
-//! Mapped GStreamer video frames as pipeline [`Frame`]s.
+//! Mapped GStreamer video frames as tracker [`Frame`]s, plane by plane.
 
 use edgetam_pipeline::{Frame, PixelFormat};
 use gst_video::prelude::*;
@@ -72,67 +72,23 @@ fn plane<'a>(
     })
 }
 
-/// The frame's pixels as a pipeline frame: packed formats borrow plane 0 with its stride
-/// (the pipeline copies it once on `push`); NV12 / I420 are packed into the pipeline's
-/// contiguous layout (one copy, whatever the buffer's plane offsets and strides).
+/// The frame's pixels as a tracker frame, borrowed plane by plane with GStreamer's strides (no
+/// repacking; the pipeline copies the planes once on `push`).
 pub fn to_frame<'a>(frame: &'a VideoFrameRef<&gst::BufferRef>) -> Result<Frame<'a>, ConvertError> {
     let format = frame.format();
     let (w, h) = (frame.width(), frame.height());
     check_format(format, w, h)?;
     let pf = pixel_format(format).ok_or(ConvertError::Format(format))?;
-    let (wu, hu) = (w as usize, h as usize);
     let strides = frame.plane_stride();
-    let stride = |i: usize| strides.get(i).copied().unwrap_or(0).max(0) as usize;
-    let copy_rows = |out: &mut Vec<u8>, data: &[u8], stride: usize, rows: usize, row: usize| {
-        for r in 0..rows {
-            let start = r * stride;
-            out.extend_from_slice(&data[start..start + row]);
-        }
-    };
-    match pf {
-        PixelFormat::Nv12 => {
-            let (y, uv) = (plane(frame, 0)?, plane(frame, 1)?);
-            let (sy, suv) = (stride(0), stride(1));
-            check_len(0, y, sy, hu, wu)?;
-            check_len(1, uv, suv, hu / 2, wu)?;
-            let mut out = Vec::with_capacity(wu * hu * 3 / 2);
-            copy_rows(&mut out, y, sy, hu, wu);
-            copy_rows(&mut out, uv, suv, hu / 2, wu);
-            Ok(Frame::new(out, wu, hu, pf))
-        }
-        PixelFormat::I420 => {
-            let (y, u, v) = (plane(frame, 0)?, plane(frame, 1)?, plane(frame, 2)?);
-            let (sy, su, sv) = (stride(0), stride(1), stride(2));
-            check_len(0, y, sy, hu, wu)?;
-            check_len(1, u, su, hu / 2, wu / 2)?;
-            check_len(2, v, sv, hu / 2, wu / 2)?;
-            let mut out = Vec::with_capacity(wu * hu * 3 / 2);
-            copy_rows(&mut out, y, sy, hu, wu);
-            copy_rows(&mut out, u, su, hu / 2, wu / 2);
-            copy_rows(&mut out, v, sv, hu / 2, wu / 2);
-            Ok(Frame::new(out, wu, hu, pf))
-        }
-        _ => Ok(Frame::new(plane(frame, 0)?, wu, hu, pf).with_stride(stride(0))),
-    }
-}
-
-/// A plane must hold `rows` rows of `row` bytes, `stride` apart.
-fn check_len(
-    plane: u32,
-    data: &[u8],
-    stride: usize,
-    rows: usize,
-    row: usize,
-) -> Result<(), ConvertError> {
-    let needed = stride * rows.saturating_sub(1) + row;
-    if stride < row || data.len() < needed {
-        return Err(ConvertError::Plane {
-            plane,
-            message: format!(
-                "{} bytes with stride {stride}, need {needed} for {rows} rows of {row}",
-                data.len()
-            ),
-        });
-    }
-    Ok(())
+    let planes = (0..pf.planes() as u32)
+        .map(|i| {
+            let stride = strides.get(i as usize).copied().unwrap_or(0);
+            let stride = usize::try_from(stride).map_err(|_| ConvertError::Plane {
+                plane: i,
+                message: format!("negative stride {stride}"),
+            })?;
+            Ok((plane(frame, i)?, stride))
+        })
+        .collect::<Result<Vec<_>, ConvertError>>()?;
+    Ok(Frame::from_planes(w as usize, h as usize, pf, planes))
 }

@@ -38,7 +38,10 @@ pub enum Error {
         first: String,
         path: PathBuf,
     },
-    /// A frame or image does not match what its description says.
+    /// A frame's size, strides or buffers do not match its pixel format.
+    #[error("invalid frame: {0}")]
+    InvalidFrame(#[from] crate::frame::FrameError),
+    /// An image, mask or tensor does not have the size or layout a stage needs.
     #[error("invalid image: {0}")]
     InvalidImage(String),
     /// The memory bank refused an operation (shapes, layout).
@@ -47,9 +50,6 @@ pub enum Error {
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
-    /// A reference fixture is unusable or does not match what a check compares it with.
-    #[error("fixture check: {0}")]
-    Fixture(String),
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),

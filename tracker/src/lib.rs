@@ -39,7 +39,7 @@ pub mod checks;
 
 pub use device::parse_device;
 pub use error::{Error, Result};
-pub use frame::{yuv_to_rgb, PixelLayout, RawFrame};
+pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
 pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};

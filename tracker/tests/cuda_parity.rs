@@ -14,7 +14,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use edgetam_tracker::checks::sequence::{run, Mode, SequenceFixture};
 use edgetam_tracker::internals::{preprocess_frame, preprocess_host};
-use edgetam_tracker::{parse_device, PixelLayout, RawFrame, Weights};
+use edgetam_tracker::{parse_device, Frame, PixelFormat, Weights};
 
 fn gpu() -> Option<Device> {
     match parse_device("cuda:0") {
@@ -35,7 +35,7 @@ fn fixtures() -> PathBuf {
 }
 
 /// A deterministic frame of `layout` (`w` x `h`, row padding `pad` bytes).
-fn frame_bytes(layout: PixelLayout, w: usize, h: usize, pad: usize) -> (Vec<u8>, usize) {
+fn frame_bytes(layout: PixelFormat, w: usize, h: usize, pad: usize) -> (Vec<u8>, usize) {
     let mut state = 0x2545_f491_u32 ^ (w * 31 + h) as u32;
     let mut next = move || {
         state ^= state << 13;
@@ -72,13 +72,13 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 fn device_preprocessing_matches_cpu() {
     let Some(dev) = gpu() else { return };
     let layouts = [
-        PixelLayout::Rgb8,
-        PixelLayout::Rgba8,
-        PixelLayout::Bgr8,
-        PixelLayout::Bgra8,
-        PixelLayout::Gray8,
-        PixelLayout::Nv12,
-        PixelLayout::I420,
+        PixelFormat::Rgb8,
+        PixelFormat::Rgba8,
+        PixelFormat::Bgr8,
+        PixelFormat::Bgra8,
+        PixelFormat::Gray8,
+        PixelFormat::Nv12,
+        PixelFormat::I420,
     ];
     // Down, up, one side unchanged (its pass is skipped), both unchanged, odd sizes for the
     // packed layouts.
@@ -97,13 +97,7 @@ fn device_preprocessing_matches_cpu() {
             }
             for pad in [0, 6] {
                 let (data, stride) = frame_bytes(layout, w, h, pad);
-                let frame = RawFrame {
-                    data: &data,
-                    width: w,
-                    height: h,
-                    stride,
-                    layout,
-                };
+                let frame = Frame::new(&data[..], w, h, layout).with_stride(stride);
                 let rgb = frame.to_rgb8().expect("host conversion");
                 let cpu = preprocess_host(&rgb, w, h, s, &Device::Cpu).expect("cpu");
                 let gpu = preprocess_frame(&frame, s, &dev).expect("gpu");
@@ -113,6 +107,20 @@ fn device_preprocessing_matches_cpu() {
                     d <= 1e-5,
                     "{layout:?} {w}x{h} (stride {stride}) -> {s}: max |gpu - cpu| = {d}"
                 );
+                // The same planes handed over apart (as GStreamer maps them): one upload of
+                // the planes back to back.
+                if layout.planes() > 1 {
+                    let planes: Vec<(Vec<u8>, usize)> = (0..layout.planes())
+                        .map(|i| {
+                            let p = frame.plane(i).expect("plane");
+                            (p.data.to_vec(), p.stride)
+                        })
+                        .collect();
+                    let apart = Frame::from_planes(w, h, layout, planes);
+                    let gpu = preprocess_frame(&apart, s, &dev).expect("gpu, planes apart");
+                    let d = max_abs_diff(&gpu, &cpu);
+                    assert!(d <= 1e-5, "{layout:?} planes apart {w}x{h} -> {s}: {d}");
+                }
             }
         }
     }
@@ -121,7 +129,7 @@ fn device_preprocessing_matches_cpu() {
 #[test]
 fn device_preprocessing_rejects_bad_frames() {
     let Some(dev) = gpu() else { return };
-    let short = RawFrame::rgb8(&[0u8; 11], 2, 2);
+    let short = Frame::rgb8(&[0u8; 11][..], 2, 2);
     assert!(preprocess_frame(&short, 64, &dev).is_err());
 }
 

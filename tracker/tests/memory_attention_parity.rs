@@ -15,7 +15,7 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
-fn load() -> edgetam_tracker::Result<(Fixture, Weights)> {
+fn load() -> edgetam_tracker::checks::Result<(Fixture, Weights)> {
     let dev = Device::Cpu;
     let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
     let fx = Fixture::load(fixtures().join("memory_attention_256"), &dev)?;
@@ -23,7 +23,7 @@ fn load() -> edgetam_tracker::Result<(Fixture, Weights)> {
 }
 
 #[test]
-fn memory_attention_matches_reference() -> edgetam_tracker::Result<()> {
+fn memory_attention_matches_reference() -> edgetam_tracker::checks::Result<()> {
     let (fx, weights) = load()?;
     let t = Instant::now();
     let reports = memory_attention::run(&fx, &weights)?;
@@ -54,10 +54,10 @@ fn memory_attention_matches_reference() -> edgetam_tracker::Result<()> {
 /// The check must be able to fail: without the key RoPE on the memories (all tokens treated as
 /// pointers) the output is far from the reference.
 #[test]
-fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::Result<()> {
+fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::checks::Result<()> {
     let (fx, weights) = load()?;
     let model = memory_attention::build(&fx, &weights)?;
-    let get = |n: &str| -> edgetam_tracker::Result<Tensor> {
+    let get = |n: &str| -> edgetam_tracker::checks::Result<Tensor> {
         Ok(fx.get(n)?.transpose(0, 1)?.contiguous()?)
     };
     let memory = get("memattn.memory")?;
@@ -77,10 +77,10 @@ fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::Result<
 }
 
 #[test]
-fn memory_attention_rejects_bad_layout() -> edgetam_tracker::Result<()> {
+fn memory_attention_rejects_bad_layout() -> edgetam_tracker::checks::Result<()> {
     let (fx, weights) = load()?;
     let model = memory_attention::build(&fx, &weights)?;
-    let get = |n: &str| -> edgetam_tracker::Result<Tensor> {
+    let get = |n: &str| -> edgetam_tracker::checks::Result<Tensor> {
         Ok(fx.get(n)?.transpose(0, 1)?.contiguous()?)
     };
     let (cur, pos) = (get("memattn.current")?, get("memattn.current_pos")?);
@@ -176,7 +176,7 @@ fn axial_rope_rejects_bad_sizes() {
 /// Every `memory_attention.*` tensor of the checkpoint is read, with the default (1024) config
 /// too (64x64 query grid).
 #[test]
-fn memory_attention_reads_all_its_weights() -> edgetam_tracker::Result<()> {
+fn memory_attention_reads_all_its_weights() -> edgetam_tracker::checks::Result<()> {
     let dev = Device::Cpu;
     let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
     let cfg = edgetam_tracker::EdgeTamConfig::from_file(fixtures().join("model/config.json"))?;
@@ -194,12 +194,12 @@ fn memory_attention_reads_all_its_weights() -> edgetam_tracker::Result<()> {
     others.sort();
     others.dedup();
     let others: Vec<&str> = others.iter().map(String::as_str).collect();
-    weights.check_all_used_except(&others)
+    Ok(weights.check_all_used_except(&others)?)
 }
 
 /// A config whose query grid does not match its image size is rejected when building.
 #[test]
-fn memory_attention_rejects_mismatched_grid() -> edgetam_tracker::Result<()> {
+fn memory_attention_rejects_mismatched_grid() -> edgetam_tracker::checks::Result<()> {
     let (fx, weights) = load()?;
     let mut cfg = fx.config.clone();
     cfg.memory_attention_rope_feat_sizes = [64, 64];

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 use edgetam_tracker::checks::fixture::Fixture;
-use edgetam_tracker::checks::vision;
+use edgetam_tracker::checks::{vision, CheckError};
 use edgetam_tracker::internals::{preprocess, resize_rgb_u8};
 use edgetam_tracker::{Error, Weights};
 
@@ -13,7 +13,7 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
-fn run_fixture(name: &str) -> edgetam_tracker::Result<()> {
+fn run_fixture(name: &str) -> edgetam_tracker::checks::Result<()> {
     let dev = Device::Cpu;
     let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
     let fx = Fixture::load(fixtures().join(name), &dev)?;
@@ -38,12 +38,12 @@ fn run_fixture(name: &str) -> edgetam_tracker::Result<()> {
 }
 
 #[test]
-fn vision_parity_256() -> edgetam_tracker::Result<()> {
+fn vision_parity_256() -> edgetam_tracker::checks::Result<()> {
     run_fixture("image_256")
 }
 
 #[test]
-fn vision_parity_1024() -> edgetam_tracker::Result<()> {
+fn vision_parity_1024() -> edgetam_tracker::checks::Result<()> {
     run_fixture("image_1024")
 }
 
@@ -78,7 +78,7 @@ fn test_image(w: usize, h: usize) -> Vec<u8> {
 /// [`test_image`] (computed with torch 2.x / torchvision on AVX2): downscale, upscale, mixed,
 /// and single-axis resizes.
 #[test]
-fn resize_matches_torchvision_uint8() -> edgetam_tracker::Result<()> {
+fn resize_matches_torchvision_uint8() -> edgetam_tracker::checks::Result<()> {
     let cases: [(usize, usize, usize, usize, i64); 8] = [
         (300, 200, 256, 256, 3145513712),
         (480, 270, 1024, 1024, 50363615673),
@@ -104,7 +104,7 @@ fn resize_matches_torchvision_uint8() -> edgetam_tracker::Result<()> {
 
 /// A checkpoint without a tensor the encoder needs is reported by key, not as a panic.
 #[test]
-fn missing_weight_is_named() -> edgetam_tracker::Result<()> {
+fn missing_weight_is_named() -> edgetam_tracker::checks::Result<()> {
     let dev = Device::Cpu;
     let full = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
     let key =
@@ -114,7 +114,7 @@ fn missing_weight_is_named() -> edgetam_tracker::Result<()> {
     let weights = Weights::from_tensors(tensors, "partial.safetensors");
     let fx = Fixture::load(fixtures().join("image_256"), &dev)?;
     match vision::run(&fx, &weights) {
-        Err(Error::MissingWeight { key: k, .. }) => assert_eq!(k, key),
+        Err(CheckError::Model(Error::MissingWeight { key: k, .. })) => assert_eq!(k, key),
         Err(e) => panic!("expected MissingWeight, got {e}"),
         Ok(_) => panic!("expected MissingWeight, got reports"),
     }

@@ -2,7 +2,7 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{Error, Result};
+use crate::checks::{CheckError, Result};
 
 /// How far `actual` is from `expected`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,7 +35,7 @@ pub fn same_bits(a: &Tensor, b: &Tensor) -> candle_core::Result<bool> {
 /// Compares two tensors of the same shape (any float or integer dtype).
 pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
     if actual.dims() != expected.dims() {
-        return Err(Error::Fixture(format!(
+        return Err(CheckError::Fixture(format!(
             "shape mismatch: got {:?}, expected {:?}",
             actual.dims(),
             expected.dims()
@@ -79,7 +79,7 @@ pub fn compare(actual: &Tensor, expected: &Tensor) -> Result<Comparison> {
 /// Intersection over union of two binary masks (nonzero = inside). Two empty masks give 1.
 pub fn mask_iou(a: &Tensor, b: &Tensor) -> Result<f64> {
     if a.dims() != b.dims() {
-        return Err(Error::Fixture(format!(
+        return Err(CheckError::Fixture(format!(
             "mask shape mismatch: {:?} vs {:?}",
             a.dims(),
             b.dims()

@@ -10,7 +10,7 @@ use candle_core::{Tensor, D};
 use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::{compare, mask_iou, Comparison};
 use crate::checks::fixture::{subsample, Fixture};
-use crate::error::Result;
+use crate::checks::Result;
 use crate::frame::postprocess::{binarize, resize_logits};
 use crate::model::decoder::MaskDecoder;
 use crate::model::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 
-use crate::error::{Error, Result};
+use crate::checks::Result;
 use crate::model::config::EdgeTamConfig;
+use crate::Error;
 
 /// One fixture directory, loaded.
 pub struct Fixture {
@@ -28,7 +29,8 @@ impl Fixture {
             return Err(Error::Io {
                 path: file,
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "fixture file not found"),
-            });
+            }
+            .into());
         }
         let tensors =
             candle_core::safetensors::load(&file, device).map_err(|e| Error::WeightFile {
@@ -44,9 +46,12 @@ impl Fixture {
 
     /// A tensor by name; an error naming it if absent.
     pub fn get(&self, name: &str) -> Result<&Tensor> {
-        self.tensors.get(name).ok_or_else(|| Error::MissingWeight {
-            key: name.to_owned(),
-            path: self.dir.join("image.safetensors"),
+        self.tensors.get(name).ok_or_else(|| {
+            Error::MissingWeight {
+                key: name.to_owned(),
+                path: self.dir.join("image.safetensors"),
+            }
+            .into()
         })
     }
 

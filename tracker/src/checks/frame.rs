@@ -8,7 +8,7 @@ use candle_core::{DType, Tensor};
 use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::{compare, mask_iou};
 use crate::checks::fixture::Fixture;
-use crate::error::Result;
+use crate::checks::Result;
 use crate::model::edgetam::{EdgeTam, MultimaskMode, Point, PointLabel, Prompt};
 use crate::model::weights::Weights;
 

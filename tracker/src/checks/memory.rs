@@ -13,7 +13,7 @@ use super::frame::mask_report;
 use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::compare;
 use crate::checks::fixture::Fixture;
-use crate::error::Result;
+use crate::checks::Result;
 use crate::model::memory_encoder::{mask_for_memory, scale_mask, MaskSource, MemoryEncoder};
 use crate::model::perceiver::SpatialPerceiver;
 use crate::model::weights::Weights;

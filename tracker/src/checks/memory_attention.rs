@@ -12,9 +12,10 @@ use candle_core::Tensor;
 use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::compare;
 use crate::checks::fixture::Fixture;
-use crate::error::{Error, Result};
+use crate::checks::{CheckError, Result};
 use crate::model::memory_attention::MemoryAttention;
 use crate::model::weights::Weights;
+use crate::Error;
 
 /// Fixture tensor names of the inputs, in `MemoryAttention::forward` order.
 const INPUTS: [&str; 4] = [
@@ -29,9 +30,9 @@ fn count(fx: &Fixture, name: &str) -> Result<usize> {
     let v = fx.get(name)?.flatten_all()?.to_vec1::<i64>()?;
     match v.as_slice() {
         [n] if *n >= 0 => Ok(*n as usize),
-        _ => Err(Error::Tensor(candle_core::Error::Msg(format!(
+        _ => Err(CheckError::Fixture(format!(
             "fixture `{name}` is not one non-negative count: {v:?}"
-        )))),
+        ))),
     }
 }
 
@@ -43,8 +44,8 @@ pub fn build(fx: &Fixture, weights: &Weights) -> Result<MemoryAttention> {
         weights.var_builder(&device).pp("memory_attention"),
     )
     .map_err(|e| match e {
-        Error::Tensor(e) => weights.lift(e),
-        other => other,
+        Error::Tensor(e) => weights.lift(e).into(),
+        other => other.into(),
     })
 }
 
@@ -57,9 +58,9 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
         .map(|name| Ok(fx.get(name)?.transpose(0, 1)?.contiguous()?))
         .collect::<Result<Vec<Tensor>>>()?;
     let [current, current_pos, memory, memory_pos] = inputs.as_slice() else {
-        return Err(Error::Tensor(candle_core::Error::Msg(
+        return Err(CheckError::Fixture(
             "memory attention fixture inputs".into(),
-        )));
+        ));
     };
     let n_ptr = count(fx, "memattn.num_object_pointer_tokens")?;
     let n_mem = count(fx, "memattn.num_spatial_memory_tokens")?;

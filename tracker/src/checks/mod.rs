@@ -12,6 +12,26 @@ pub mod memory_attention;
 pub mod sequence;
 pub mod vision;
 
+/// Why a check could not run: an unusable fixture, or the model failing on the fixture's inputs.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// A reference fixture is unusable or does not match what a check compares it with.
+    #[error("fixture check: {0}")]
+    Fixture(String),
+    /// The model (or loading it) failed.
+    #[error(transparent)]
+    Model(#[from] crate::Error),
+}
+
+impl From<candle_core::Error> for CheckError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Model(crate::Error::Tensor(e))
+    }
+}
+
+/// Result of a check.
+pub type Result<T, E = CheckError> = std::result::Result<T, E>;
+
 use crate::checks::compare::Comparison;
 
 /// The outcome of one stage check.
@@ -85,7 +105,7 @@ pub const STAGE_REL_L2: f64 = 1e-4;
 pub fn run_all(
     fx: &crate::checks::fixture::Fixture,
     weights: &crate::model::weights::Weights,
-) -> crate::error::Result<Vec<StageReport>> {
+) -> Result<Vec<StageReport>> {
     let mut reports = Vec::new();
     if fx.has("image.rgb_u8") {
         reports.extend(vision::run(fx, weights)?);
@@ -99,7 +119,7 @@ pub fn run_all(
         reports.extend(memory_attention::run(fx, weights)?);
     }
     if reports.is_empty() {
-        return Err(crate::error::Error::Fixture(format!(
+        return Err(CheckError::Fixture(format!(
             "{} holds no tensors any check knows (is it a fixture directory?)",
             fx.dir.display()
         )));

@@ -17,11 +17,12 @@ use candle_core::{DType, Device, IndexOp, Tensor};
 
 use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::{compare, mask_iou, Comparison};
-use crate::error::{Error, Result};
+use crate::checks::{CheckError, Result};
 use crate::model::config::EdgeTamConfig;
 use crate::model::edgetam::{EdgeTam, Point, PointLabel, Prompt};
 use crate::model::weights::Weights;
 use crate::tracking::tracker::{FrameResult, Mask, ObjectPrompt, Tracker};
+use crate::Error;
 
 /// Free-running bars (the issue's): low-res logits max |diff| <= 0.05 x std, score within
 /// 0.01, mask IoU >= 0.995.
@@ -62,8 +63,8 @@ pub fn is_sequence_fixture(dir: &Path) -> bool {
     dir.join("events.json").is_file() && dir.join("sequence.safetensors").is_file()
 }
 
-fn fixture_err(msg: impl Into<String>) -> Error {
-    Error::Fixture(msg.into())
+fn fixture_err(msg: impl Into<String>) -> CheckError {
+    CheckError::Fixture(msg.into())
 }
 
 impl SequenceFixture {
@@ -123,7 +124,11 @@ impl SequenceFixture {
         } else {
             Weights::from_tensors(base.tensors().clone(), base.path())
         };
-        EdgeTam::from_weights(self.config.clone(), &weights, device)
+        Ok(EdgeTam::from_weights(
+            self.config.clone(),
+            &weights,
+            device,
+        )?)
     }
 
     fn frame(&self, f: u64) -> Result<Vec<u8>> {

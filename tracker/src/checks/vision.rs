@@ -10,8 +10,8 @@ use candle_core::{DType, Tensor};
 
 use crate::checks::compare::compare;
 use crate::checks::fixture::{subsample, Fixture};
+use crate::checks::{CheckError, Result};
 use crate::checks::{StageReport, STAGE_REL_L2};
-use crate::error::{Error, Result};
 use crate::frame::preprocess::preprocess;
 use crate::model::image_encoder::ImageEncoder;
 use crate::model::weights::Weights;
@@ -39,7 +39,7 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
     let (h, w) = match rgb.dims() {
         [h, w, 3] => (*h, *w),
         dims => {
-            return Err(Error::InvalidImage(format!(
+            return Err(CheckError::Fixture(format!(
                 "fixture image.rgb_u8 must be [H, W, 3], got {dims:?}"
             )))
         }

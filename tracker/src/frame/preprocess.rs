@@ -9,7 +9,7 @@
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Result};
-use crate::frame::RawFrame;
+use crate::frame::Frame;
 
 /// ImageNet mean and std as f32, as transformers stores them (`IMAGENET_DEFAULT_*`).
 pub(crate) const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -219,18 +219,18 @@ fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) 
     });
 }
 
-/// The model input for one frame in any [`RawFrame`] layout: `[1, 3, S, S]` f32 on `device`.
+/// The model input for one frame in any [`crate::PixelFormat`]: `[1, 3, S, S]` f32 on `device`.
 ///
 /// On CUDA only the frame's bytes go to the device; conversion, resize and normalisation run
 /// there (`cuda::preprocess`), bit-identical to the CPU path. Elsewhere the frame is converted to
 /// RGB8 on the host (no copy when it already is) and goes through [`preprocess`].
-pub fn preprocess_frame(frame: &RawFrame, image_size: usize, device: &Device) -> Result<Tensor> {
+pub fn preprocess_frame(frame: &Frame, image_size: usize, device: &Device) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
         return crate::kernels::cuda::preprocess::preprocess(frame, image_size, device);
     }
-    let rgb = frame.to_rgb8()?;
-    preprocess_host(&rgb, frame.width, frame.height, image_size, device)
+    let rgb = frame.rgb8_view()?;
+    preprocess_host(&rgb, frame.width(), frame.height(), image_size, device)
 }
 
 /// The model input for one RGB frame: resized to `image_size` square and normalized,
@@ -245,7 +245,7 @@ pub fn preprocess(
 ) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
-        return preprocess_frame(&RawFrame::rgb8(rgb, width, height), image_size, device);
+        return preprocess_frame(&Frame::rgb8(rgb, width, height), image_size, device);
     }
     preprocess_host(rgb, width, height, image_size, device)
 }

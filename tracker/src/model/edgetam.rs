@@ -13,7 +13,7 @@ use candle_nn::VarBuilder;
 use crate::error::{Error, Result};
 use crate::frame::postprocess;
 use crate::frame::preprocess;
-use crate::frame::RawFrame;
+use crate::frame::Frame;
 use crate::model::config::EdgeTamConfig;
 use crate::model::decoder::MaskDecoder;
 use crate::model::image_encoder::{ImageEncoder, ImageFeatures};
@@ -405,13 +405,13 @@ impl EdgeTam {
         Ok(image)
     }
 
-    /// Runs preprocessing and the image encoder on a frame in any [`RawFrame`] layout (on CUDA
+    /// Runs preprocessing and the image encoder on a frame in any [`crate::PixelFormat`] (on CUDA
     /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
-    pub fn encode_frame(&self, frame: &RawFrame) -> Result<ImageEmbedding> {
+    pub fn encode_frame(&self, frame: &Frame) -> Result<ImageEmbedding> {
         let start = std::time::Instant::now();
         let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
         let preprocess_time = start.elapsed();
-        let mut image = self.encode_pixels(&pixels, (frame.width, frame.height))?;
+        let mut image = self.encode_pixels(&pixels, (frame.width(), frame.height()))?;
         image.preprocess_time = preprocess_time;
         Ok(image)
     }

@@ -25,7 +25,7 @@ use candle_core::{DType, Tensor};
 use edgetam_memory_bank::{BankLayout, FrameKind, ObjectMemory};
 
 use crate::error::{Error, Result};
-use crate::frame::RawFrame;
+use crate::frame::Frame;
 use crate::instrument::timings::{timed, StageTimes};
 use crate::model::edgetam::{
     mask_area_and_box_host, EdgeTam, ImageEmbedding, Prompt, Segmentation,
@@ -347,13 +347,13 @@ impl Tracker {
         self.track_embedding(image)
     }
 
-    /// As [`Self::track`] for a frame in any [`RawFrame`] layout (RGB/BGR with or without a
-    /// fourth byte, gray, NV12, I420, any stride). On CUDA only the frame's bytes are uploaded
+    /// As [`Self::track`] for a frame in any [`crate::PixelFormat`] (RGB/BGR with or without a
+    /// fourth byte, gray, NV12, I420, any strides, planes in one buffer or apart). On CUDA only the frame's bytes are uploaded
     /// and converted there; results are identical to converting to RGB8 first.
-    pub fn track_frame(&mut self, frame: &RawFrame) -> Result<FrameResult> {
+    pub fn track_frame(&mut self, frame: &Frame) -> Result<FrameResult> {
         if self.objects.is_empty() {
             frame.validate()?;
-            return Ok(self.advance_empty(frame.width, frame.height));
+            return Ok(self.advance_empty(frame.width(), frame.height()));
         }
         let image = self.model.encode_frame(frame)?;
         self.track_embedding(image)

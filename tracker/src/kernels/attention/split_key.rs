@@ -324,7 +324,7 @@ mod tests {
     /// The fused pass against the tensor ops: odd sizes, a query batch shared by 2 entries,
     /// an empty key group, and the memory attention's shapes.
     #[test]
-    fn fused_matches_tensor_ops() -> crate::error::Result<()> {
+    fn fused_matches_tensor_ops() -> crate::checks::Result<()> {
         let dev = Device::Cpu;
         let cases = [
             // (B, Bq, Lq, D, Lr, Lu, E, Dv)

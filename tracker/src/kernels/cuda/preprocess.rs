@@ -1,5 +1,6 @@
 //! Preprocessing on the GPU: the frame's bytes go up as they are (RGB, RGBA/RGBx, BGR, BGRA/BGRx,
-//! gray, NV12 or I420, with any row stride) and four small kernels turn them into the model input
+//! gray, NV12 or I420, with any row strides; planes kept apart by the caller go up one after the
+//! other) and four small kernels turn them into the model input
 //! `[1, 3, S, S]` f32 in device memory:
 //!
 //! 1. conversion to packed RGB8 (BT.601 limited range for YUV, the same integer formula as the
@@ -23,10 +24,10 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp3, Device, Layout, Shape, Ten
 
 use crate::error::{Error, Result};
 use crate::frame::preprocess::{axis, MEAN, STD};
-use crate::frame::{PixelLayout, RawFrame};
+use crate::frame::{Frame, PixelFormat};
 
 /// The kernels, compiled with NVRTC (see [`super::ptx`]). Indices are int: frames are limited to
-/// 2^31 bytes ([`RawFrame::validate`]).
+/// 2^31 bytes ([`Frame::validate`]).
 pub(crate) const SOURCE: &str = r#"
 __device__ __forceinline__ unsigned char clamp_u8(int v) {
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
@@ -39,9 +40,11 @@ __device__ __forceinline__ void yuv(int y, int u, int v, unsigned char* o) {
     o[2] = clamp_u8((298 * c + 516 * d + 128) >> 8);
 }
 
-// Any supported layout -> packed RGB8, one thread per pixel.
+// Any supported layout -> packed RGB8, one thread per pixel. Plane 0 starts at `src`; the
+// chroma planes at `off1` / `off2` with their own strides.
 extern "C" __global__ void edgetam_to_rgb(const unsigned char* src, unsigned char* dst,
-                                          int w, int h, int stride, int layout) {
+                                          int w, int h, int stride, int layout,
+                                          int off1, int stride1, int off2, int stride2) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= w * h) return;
     int y = i / w, x = i - y * w;
@@ -54,14 +57,13 @@ extern "C" __global__ void edgetam_to_rgb(const unsigned char* src, unsigned cha
     case 3: p = src + y * stride + 4 * x; o[0] = p[2]; o[1] = p[1]; o[2] = p[0]; break;
     case 4: o[0] = o[1] = o[2] = src[y * stride + x]; break;
     case 5: {
-        const unsigned char* uv = src + stride * h + (y / 2) * stride + (x / 2) * 2;
+        const unsigned char* uv = src + off1 + (y / 2) * stride1 + (x / 2) * 2;
         yuv(src[y * stride + x], uv[0], uv[1], o);
         break;
     }
     default: {
-        int cs = stride / 2;
-        int u = src[stride * h + (y / 2) * cs + x / 2];
-        int v = src[stride * h + cs * (h / 2) + (y / 2) * cs + x / 2];
+        int u = src[off1 + (y / 2) * stride1 + x / 2];
+        int v = src[off2 + (y / 2) * stride2 + x / 2];
         yuv(src[y * stride + x], u, v, o);
         break;
     }
@@ -160,7 +162,7 @@ fn axis_table(dev: &Device, id: DeviceId, input: usize, output: usize) -> Result
 
 /// `[1, 3, S, S]` f32 on the CUDA device `device` from a frame in host memory: one upload of the
 /// frame's bytes, then everything on the device.
-pub fn preprocess(frame: &RawFrame, image_size: usize, device: &Device) -> Result<Tensor> {
+pub fn preprocess(frame: &Frame, image_size: usize, device: &Device) -> Result<Tensor> {
     let Device::Cuda(cuda) = device else {
         return Err(Error::InvalidDevice(format!(
             "{device:?}: the GPU preprocessing needs a CUDA device"
@@ -173,10 +175,10 @@ pub fn preprocess(frame: &RawFrame, image_size: usize, device: &Device) -> Resul
             "cannot preprocess to {s}x{s}: the size must be in 1..=16384"
         )));
     }
-    let (w, h) = (frame.width, frame.height);
-    let bytes = &frame.data[..needed];
-    let upload = Tensor::from_slice(bytes, needed, device)?;
-    crate::instrument::transfer::record_upload(needed);
+    let (w, h) = (frame.width(), frame.height());
+    let (bytes, planes) = upload_layout(frame, needed)?;
+    let upload = Tensor::from_slice(&bytes, bytes.len(), device)?;
+    crate::instrument::transfer::record_upload(bytes.len());
     let id = cuda.id();
     let wt = (s != w).then(|| axis_table(device, id, w, s)).transpose()?;
     let ht = (s != h).then(|| axis_table(device, id, h, s)).transpose()?;
@@ -186,8 +188,8 @@ pub fn preprocess(frame: &RawFrame, image_size: usize, device: &Device) -> Resul
     let op = PreprocessOp {
         width: w,
         height: h,
-        stride: frame.stride,
-        layout: frame.layout,
+        planes,
+        format: frame.format(),
         size: s,
         width_pass: wt.as_ref().map(|t| (t.max_taps, t.precision)),
         height_pass: ht.as_ref().map(|t| (t.max_taps, t.precision)),
@@ -195,11 +197,41 @@ pub fn preprocess(frame: &RawFrame, image_size: usize, device: &Device) -> Resul
     Ok(upload.apply_op3_no_bwd(wt_t, ht_t, &op)?)
 }
 
+/// The frame's bytes as one upload (borrowed for a one-buffer frame, the planes back to back
+/// otherwise) and each plane's `(offset, stride)` in it.
+#[allow(clippy::type_complexity)]
+fn upload_layout<'f>(
+    frame: &'f Frame<'_>,
+    needed: usize,
+) -> Result<(std::borrow::Cow<'f, [u8]>, [(usize, usize); 3])> {
+    let mut planes = [(0usize, 0usize); 3];
+    if let Some((data, layout)) = frame.one_buffer() {
+        for (slot, l) in planes.iter_mut().zip(layout) {
+            *slot = l;
+        }
+        return Ok((std::borrow::Cow::Borrowed(&data[..needed]), planes));
+    }
+    let format = frame.format();
+    let mut bytes = Vec::with_capacity(needed);
+    for (i, slot) in planes.iter_mut().enumerate().take(format.planes()) {
+        let missing = || Error::InvalidImage(format!("frame has no plane {i}"));
+        let p = frame.plane(i).ok_or_else(missing)?;
+        let (row, rows) = format
+            .plane_size(i, frame.width(), frame.height())
+            .ok_or_else(missing)?;
+        let span = p.stride * rows.saturating_sub(1) + row;
+        *slot = (bytes.len(), p.stride);
+        bytes.extend_from_slice(&p.data[..span]);
+    }
+    Ok((std::borrow::Cow::Owned(bytes), planes))
+}
+
 struct PreprocessOp {
     width: usize,
     height: usize,
-    stride: usize,
-    layout: PixelLayout,
+    /// `(offset, stride)` of each plane in the upload.
+    planes: [(usize, usize); 3],
+    format: PixelFormat,
     size: usize,
     /// `(max_taps, precision)` of each resize pass that runs.
     width_pass: Option<(i32, i32)>,
@@ -207,15 +239,15 @@ struct PreprocessOp {
 }
 
 /// The code `edgetam_to_rgb` switches on.
-fn layout_code(layout: PixelLayout) -> i32 {
-    match layout {
-        PixelLayout::Rgb8 => 0,
-        PixelLayout::Rgba8 => 1,
-        PixelLayout::Bgr8 => 2,
-        PixelLayout::Bgra8 => 3,
-        PixelLayout::Gray8 => 4,
-        PixelLayout::Nv12 => 5,
-        PixelLayout::I420 => 6,
+fn layout_code(format: PixelFormat) -> i32 {
+    match format {
+        PixelFormat::Rgb8 => 0,
+        PixelFormat::Rgba8 => 1,
+        PixelFormat::Bgr8 => 2,
+        PixelFormat::Bgra8 => 3,
+        PixelFormat::Gray8 => 4,
+        PixelFormat::Nv12 => 5,
+        PixelFormat::I420 => 6,
     }
 }
 
@@ -247,8 +279,10 @@ impl PreprocessOp {
         let ptx = super::ptx()?;
         let (w, h, s) = (self.width, self.height, self.size);
         let (wi, hi, si) = (i32_of(w)?, i32_of(h)?, i32_of(s)?);
-        let stride = i32_of(self.stride)?;
-        let layout = layout_code(self.layout);
+        let stride = i32_of(self.planes[0].1)?;
+        let (off1, stride1) = (i32_of(self.planes[1].0)?, i32_of(self.planes[1].1)?);
+        let (off2, stride2) = (i32_of(self.planes[2].0)?, i32_of(self.planes[2].1)?);
+        let layout = layout_code(self.format);
 
         // 1. Packed RGB8.
         // SAFETY: every element is written by the kernel below before it is read.
@@ -260,7 +294,11 @@ impl PreprocessOp {
             .arg(&wi)
             .arg(&hi)
             .arg(&stride)
-            .arg(&layout);
+            .arg(&layout)
+            .arg(&off1)
+            .arg(&stride1)
+            .arg(&off2)
+            .arg(&stride2);
         // SAFETY: argument types and count match the kernel's signature; the buffers hold the
         // sizes it indexes (validated frame, w*h*3 output).
         unsafe { b.launch(cfg(w * h)) }.w()?;

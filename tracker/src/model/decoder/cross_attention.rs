@@ -199,7 +199,7 @@ mod tests {
     /// The folded attention against the unfolded one (the decoder's: 8 heads, half width), with
     /// a batch of 2.
     #[test]
-    fn folded_matches_unfolded() -> crate::error::Result<()> {
+    fn folded_matches_unfolded() -> crate::checks::Result<()> {
         let dev = Device::Cpu;
         let attn = Attention::new(256, 8, 2, random_var_builder(9, &dev))?;
         let tokens = Tensor::randn(0f32, 1.0, (2, 7, 256), &dev)?;

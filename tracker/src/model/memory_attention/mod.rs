@@ -674,7 +674,7 @@ mod tests {
     /// The folded cross-attention against the projections run in full, for memories with and
     /// without pointers, pointers alone, and a batch of 2.
     #[test]
-    fn folded_cross_attention_matches_unfolded() -> Result<()> {
+    fn folded_cross_attention_matches_unfolded() -> crate::checks::Result<()> {
         let dev = Device::Cpu;
         let cfg = EdgeTamConfig::with_image_size(256)?;
         let vb = crate::model::weights::random_var_builder(3, &dev);
