@@ -42,11 +42,9 @@
 //! * A worker panic reaches the caller as [`Error::WorkerFailed`] on `recv` (and on later
 //!   `push`es); it never hangs.
 //! * Feature `opencv`: [`Frame::from_mat`] borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
-//!   continuous or not) without copying; see [`mat`].
+//!   continuous or not) without copying; see [`MatError`] for what is refused.
 
 pub mod error;
-#[cfg(feature = "opencv")]
-pub mod mat;
 pub mod palette;
 pub mod pipeline;
 pub mod prompt_spec;
@@ -57,13 +55,10 @@ pub mod async_pipeline;
 
 #[cfg(feature = "tokio")]
 pub use async_pipeline::AsyncPipeline;
+#[cfg(feature = "opencv")]
+pub use edgetam_tracker::{opencv, MatError};
 pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
-#[cfg(feature = "opencv")]
-pub use mat::MatError;
-/// The `opencv` crate this one was built against (feature `opencv`).
-#[cfg(feature = "opencv")]
-pub use opencv;
 pub use palette::OBJECT_COLORS;
 pub use pipeline::{
     DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,

@@ -39,6 +39,8 @@ pub mod checks;
 
 pub use device::parse_device;
 pub use error::{Error, Result};
+#[cfg(feature = "opencv")]
+pub use frame::mat::{pixel_format_of, MatError};
 pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
 pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
@@ -50,6 +52,9 @@ pub use model::edgetam::{
 };
 pub use model::precision::Precision;
 pub use model::weights::{CheckpointFormat, Weights};
+/// The `opencv` crate this one was built against (feature `opencv`).
+#[cfg(feature = "opencv")]
+pub use opencv;
 pub use tracking::tracker::{
     FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
 };

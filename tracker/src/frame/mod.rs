@@ -11,6 +11,8 @@
 //! integer arithmetic, so they agree exactly.
 
 pub(crate) mod convert;
+#[cfg(feature = "opencv")]
+pub(crate) mod mat;
 pub(crate) mod postprocess;
 pub(crate) mod preprocess;
 

@@ -15,8 +15,7 @@
 
 use opencv::core::{Mat, MatTraitConst, CV_8U};
 
-use crate::error::FrameError;
-use edgetam_tracker::{Frame, PixelFormat};
+use super::{Frame, FrameError, PixelFormat};
 
 /// Why a `Mat` cannot be taken as a [`Frame`].
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +61,7 @@ pub fn pixel_format_of(mat_type: i32) -> Option<PixelFormat> {
 
 impl<'a> Frame<'a> {
     /// A frame that borrows the pixels of an 8-bit BGR, BGRA or GRAY `Mat` (continuous or
-    /// not; see the [module docs](crate::mat)). Use [`Frame::into_owned`] to keep it beyond
+    /// not; see [`MatError`] for what is refused). Use [`Frame::into_owned`] to keep it beyond
     /// the `Mat`'s borrow.
     ///
     /// The borrow holds for `'a` on this `Mat` header: as everywhere in OpenCV, pixels written
