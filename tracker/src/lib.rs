@@ -47,17 +47,17 @@ pub use instrument::timings::StageTimes;
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
 pub use model::config::EdgeTamConfig;
 pub use model::edgetam::{
-    mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Point, PointLabel, Prompt,
-    Segmentation, NO_OBJECT_SCORE,
+    mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Segmentation, NO_OBJECT_SCORE,
 };
 pub use model::precision::Precision;
+pub use model::prompt::{Point, PointLabel, Prompt};
 pub use model::weights::{CheckpointFormat, Weights};
 /// The `opencv` crate this one was built against (feature `opencv`).
 #[cfg(feature = "opencv")]
 pub use opencv;
-pub use tracking::tracker::{
-    FrameResult, Mask, MemoryMaskOverride, ObjectPrompt, ObjectResult, Tracker, TrackerOptions,
-};
+pub use tracking::prompts::{Mask, ObjectPrompt};
+pub use tracking::results::{FrameResult, ObjectResult};
+pub use tracking::tracker::{MemoryMaskOverride, Tracker, TrackerOptions};
 
 /// Internals for this workspace's benchmarks, CLI and parity tests: stage modules and kernels
 /// that are not part of the supported API and may change at any time.

@@ -21,7 +21,9 @@ use crate::checks::{CheckError, Result};
 use crate::model::config::EdgeTamConfig;
 use crate::model::edgetam::{EdgeTam, Point, PointLabel, Prompt};
 use crate::model::weights::Weights;
-use crate::tracking::tracker::{FrameResult, Mask, ObjectPrompt, Tracker};
+use crate::tracking::prompts::{Mask, ObjectPrompt};
+use crate::tracking::results::FrameResult;
+use crate::tracking::tracker::Tracker;
 use crate::Error;
 
 /// Free-running bars (the issue's): low-res logits max |diff| <= 0.05 x std, score within

@@ -19,5 +19,6 @@ pub(crate) mod original_keys;
 pub(crate) mod perceiver;
 pub(crate) mod position_encoding;
 pub(crate) mod precision;
+pub(crate) mod prompt;
 pub(crate) mod prompt_encoder;
 pub(crate) mod weights;
