@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use edgetam::draw;
-use edgetam::pipeline::prompt_spec;
+use edgetam::pipeline as prompt_syntax;
 use edgetam::tracker::{
     checks, checks::fixture::Fixture, mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
     MultimaskMode, Point, PointLabel, Prompt, Weights,
@@ -103,11 +103,11 @@ struct CheckArgs {
 }
 
 fn parse_box(s: &str) -> std::result::Result<[f32; 4], String> {
-    prompt_spec::parse_floats::<4>(s, "--box")
+    prompt_syntax::parse_floats::<4>(s, "--box")
 }
 
 fn parse_point(s: &str) -> std::result::Result<Point, String> {
-    prompt_spec::parse_point(s, "--point")
+    prompt_syntax::parse_point(s, "--point")
 }
 
 pub(crate) fn load_model(args: &ModelArgs) -> Result<EdgeTam> {

@@ -19,7 +19,8 @@ use edgetam_tracker::ObjectPrompt;
 use futures::Stream;
 
 use crate::error::{Error, Result};
-use crate::pipeline::{FrameId, FrameOutput, Pipeline, PushError};
+use crate::pipeline::{FrameId, FrameOutput, Pipeline};
+use crate::queue::PushError;
 use crate::stats::Stats;
 use edgetam_tracker::Frame;
 

@@ -44,24 +44,29 @@
 //! * Feature `opencv`: [`Frame::from_mat`] borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
 //!   continuous or not) without copying; see [`MatError`] for what is refused.
 
-pub mod error;
-pub mod palette;
-pub mod pipeline;
-pub mod prompt_spec;
-pub mod stats;
+mod builder;
+mod error;
+mod palette;
+mod pipeline;
+mod producer;
+mod prompt_spec;
+mod queue;
+mod stats;
+mod track_stage;
 
 #[cfg(feature = "tokio")]
-pub mod async_pipeline;
+mod async_pipeline;
 
 #[cfg(feature = "tokio")]
 pub use async_pipeline::AsyncPipeline;
+pub use builder::{PipelineBuilder, TrackHook};
 #[cfg(feature = "opencv")]
 pub use edgetam_tracker::{opencv, MatError};
 pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
 pub use palette::OBJECT_COLORS;
 pub use pipeline::{
-    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, PipelineBuilder, ResolutionChange, Results,
+    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, ResolutionChange, Results,
 };
-pub use prompt_spec::{PromptSpec, PromptSpecError};
+pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError};
 pub use stats::{LatencySummary, StageTimings, Stats};

@@ -323,7 +323,7 @@ impl EdgeTamTrack {
             .split(';')
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(|p| edgetam_pipeline::prompt_spec::parse_point(p, "point"))
+            .map(|p| edgetam_pipeline::parse_point(p, "point"))
             .collect();
         match parsed {
             Ok(p) if !p.is_empty() => self.command(Command::Add(

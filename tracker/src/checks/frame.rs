@@ -9,7 +9,8 @@ use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::{compare, mask_iou};
 use crate::checks::fixture::Fixture;
 use crate::checks::Result;
-use crate::model::edgetam::{EdgeTam, MultimaskMode, Point, PointLabel, Prompt};
+use crate::model::edgetam::{EdgeTam, MultimaskMode};
+use crate::model::prompt::{Point, PointLabel, Prompt};
 use crate::model::weights::Weights;
 
 /// Prompt cases the generator writes, in its order.

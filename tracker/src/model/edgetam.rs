@@ -21,7 +21,7 @@ use crate::model::layers::{Activation, FeedForward};
 use crate::model::memory_attention::MemoryAttention;
 use crate::model::memory_encoder::MemoryEncoder;
 use crate::model::perceiver::SpatialPerceiver;
-pub(crate) use crate::model::prompt::{Point, PointLabel, Prompt};
+use crate::model::prompt::Prompt;
 use crate::model::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
 use crate::model::weights::Weights;
 

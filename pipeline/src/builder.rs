@@ -1,0 +1,195 @@
+//! Settings of a [`crate::Pipeline`] and the start of its worker threads: the tracking thread
+//! alone, or an encoder-ahead producer in front of it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
+use edgetam_tracker::{EdgeTam, Tracker, TrackerOptions};
+
+use crate::error::{Error, Result};
+use crate::pipeline::{DropPolicy, FrameId, Pipeline, ResolutionChange};
+use crate::producer::{Producer, Stage2};
+use crate::queue::{Msg, Shared};
+use crate::track_stage::TrackStage;
+
+/// Called on the tracking thread with each frame's id before the frame is tracked (tests use
+/// it to hold the worker or inject a panic).
+#[doc(hidden)]
+pub type TrackHook = Arc<dyn Fn(FrameId) + Send + Sync>;
+
+/// Settings of a [`Pipeline`].
+pub struct PipelineBuilder {
+    model: Arc<EdgeTam>,
+    capacity: usize,
+    policy: DropPolicy,
+    encoder_ahead: bool,
+    threads: Option<usize>,
+    tracker_options: TrackerOptions,
+    resolution_change: ResolutionChange,
+    hook: Option<TrackHook>,
+}
+
+impl PipelineBuilder {
+    /// Defaults: queue of 4, [`DropPolicy::Block`], no encoder-ahead, rayon's global pool.
+    pub(crate) fn new(model: Arc<EdgeTam>) -> Self {
+        Self {
+            model,
+            capacity: 4,
+            policy: DropPolicy::Block,
+            encoder_ahead: false,
+            threads: None,
+            tracker_options: TrackerOptions::default(),
+            resolution_change: ResolutionChange::default(),
+            hook: None,
+        }
+    }
+
+    /// What a change of frame size mid-stream does (default [`ResolutionChange::Reset`]).
+    pub fn resolution_change(mut self, on_change: ResolutionChange) -> Self {
+        self.resolution_change = on_change;
+        self
+    }
+
+    /// Frames the input queue holds before the [`DropPolicy`] applies (at least 1; default 4).
+    /// Commands do not count and are never dropped.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.capacity = n;
+        self
+    }
+
+    pub fn drop_policy(mut self, policy: DropPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Run the image encoder of the next frame on a producer thread while the tracking thread
+    /// runs memory attention, the decoder and the memory encoder of the current one (default
+    /// off). Results are byte-identical either way.
+    pub fn encoder_ahead(mut self, on: bool) -> Self {
+        self.encoder_ahead = on;
+        self
+    }
+
+    /// Each worker thread runs its model calls inside its own rayon pool of `n` threads, which
+    /// bounds candle's matrix products (gemm). The tracker's own scoped-thread kernels size
+    /// themselves from `available_parallelism` and are not affected. Default: rayon's global
+    /// pool.
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n);
+        self
+    }
+
+    pub fn tracker_options(mut self, options: TrackerOptions) -> Self {
+        self.tracker_options = options;
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn track_hook(mut self, hook: TrackHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Starts the worker threads.
+    pub fn build(self) -> Result<Pipeline> {
+        if self.capacity == 0 {
+            return Err(Error::Config("queue_capacity must be at least 1".into()));
+        }
+        if self.threads == Some(0) {
+            return Err(Error::Config("threads must be at least 1".into()));
+        }
+        let shared = Arc::new(Shared::new(self.capacity, self.policy));
+        let (out_tx, out_rx) = crossbeam_channel::unbounded();
+        let tracker = Tracker::with_options(self.model.clone(), self.tracker_options);
+        let stage = TrackStage::new(
+            tracker,
+            self.resolution_change,
+            self.hook,
+            make_pool(self.threads)?,
+        );
+        let mut threads = Vec::new();
+        if self.encoder_ahead {
+            let (tx, rx) = crossbeam_channel::bounded::<Stage2>(1);
+            let producer = Producer::new(self.model.clone(), make_pool(self.threads)?);
+            let (sh, out) = (shared.clone(), out_tx.clone());
+            threads.push(spawn(
+                "edgetam-encoder",
+                shared.clone(),
+                out_tx.clone(),
+                move || producer.run(&sh, tx, &out),
+            )?);
+            let (sh, out) = (shared.clone(), out_tx.clone());
+            let spawned = spawn("edgetam-tracker", shared.clone(), out_tx, move || {
+                stage.run_stage2(&sh, rx, &out)
+            });
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    shared.cancel();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            let (sh, out) = (shared.clone(), out_tx.clone());
+            threads.push(spawn(
+                "edgetam-tracker",
+                shared.clone(),
+                out_tx,
+                move || stage.run_serial(&sh, &out),
+            )?);
+        }
+        Ok(Pipeline::start(shared, out_rx, threads))
+    }
+}
+
+pub(crate) fn make_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {
+    threads
+        .map(|n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| Error::Config(format!("thread pool: {e}")))
+        })
+        .transpose()
+}
+
+pub(crate) fn install<R: Send>(
+    pool: &Option<rayon::ThreadPool>,
+    f: impl FnOnce() -> R + Send,
+) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
+/// Spawns a worker whose panic becomes an error on the output queue and stops the pipeline.
+fn spawn(
+    name: &str,
+    shared: Arc<Shared>,
+    out: Sender<Msg>,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "worker panicked".into());
+                tracing::error!(%msg, "pipeline worker panicked");
+                shared.fail(msg.clone());
+                let _ = out.send(Err(Error::WorkerFailed(format!("panic: {msg}"))));
+            }
+            drop(out);
+            shared.notify_results();
+        })
+        .map_err(|e| Error::Config(format!("cannot start a worker thread: {e}")))
+}
