@@ -74,7 +74,9 @@ pub mod internals {
     pub use crate::kernels::attention::{scaled_dot_product, scaled_dot_product_unfused};
     pub use crate::kernels::conv::depthwise::Depthwise;
     pub use crate::kernels::rope::rotate_pairwise;
-    pub use crate::model::decoder::{select_single_mask, stability_scores, MaskDecoder};
+    pub use crate::model::decoder::{
+        select_single_mask, stability_scores, DecoderInputs, MaskDecoder,
+    };
     pub use crate::model::memory_attention::rope::AxialRope;
     pub use crate::model::memory_attention::MemoryAttention;
     pub use crate::model::original_keys::{to_transformers, transformers_name};

@@ -9,7 +9,9 @@ use edgetam_tracker::checks::decoder::{self, DecoderModules};
 use edgetam_tracker::checks::fixture::Fixture;
 use edgetam_tracker::checks::{StageReport, STAGE_REL_L2};
 use edgetam_tracker::internals::{binarize, resize_logits};
-use edgetam_tracker::internals::{select_single_mask, stability_scores, MaskDecoder};
+use edgetam_tracker::internals::{
+    select_single_mask, stability_scores, DecoderInputs, MaskDecoder,
+};
 use edgetam_tracker::Weights;
 
 fn fixtures() -> PathBuf {
@@ -77,17 +79,21 @@ fn decoder_batches_prompt_rows() {
         .map(|c| get(&format!("prompt.{c}.dense")))
         .collect();
     let run = |sparse: &Tensor, dense: &Tensor, mm: bool| {
-        m.mask_decoder
-            .forward(
-                &get("image.embed"),
-                &get("image.dense_pe"),
-                sparse,
-                dense,
-                mm,
-                &get("image.feat_s0"),
-                &get("image.feat_s1"),
-            )
-            .expect("decoder")
+        let (embed, pe, s0, s1) = (
+            get("image.embed"),
+            get("image.dense_pe"),
+            get("image.feat_s0"),
+            get("image.feat_s1"),
+        );
+        let inputs = DecoderInputs {
+            image_embed: &embed,
+            image_pe: &pe,
+            sparse,
+            dense,
+            feat_s0: &s0,
+            feat_s1: &s1,
+        };
+        m.mask_decoder.forward(&inputs, mm).expect("decoder")
     };
     for mm in [true, false] {
         let single: Vec<_> = (0..2).map(|i| run(&sparse[i], &dense[i], mm)).collect();
@@ -145,16 +151,25 @@ fn dynamic_multimask_fallback_picks_best_multimask_output() {
     };
     for case in decoder::CASES {
         let run = |dec: &MaskDecoder, mm: bool| {
-            dec.forward(
-                &get("image.embed"),
-                &get("image.dense_pe"),
-                &get(&format!("prompt.{case}.sparse")),
-                &get(&format!("prompt.{case}.dense")),
-                mm,
-                &get("image.feat_s0"),
-                &get("image.feat_s1"),
-            )
-            .unwrap()
+            let (embed, pe, s0, s1) = (
+                get("image.embed"),
+                get("image.dense_pe"),
+                get("image.feat_s0"),
+                get("image.feat_s1"),
+            );
+            let (sparse, dense) = (
+                get(&format!("prompt.{case}.sparse")),
+                get(&format!("prompt.{case}.dense")),
+            );
+            let inputs = DecoderInputs {
+                image_embed: &embed,
+                image_pe: &pe,
+                sparse: &sparse,
+                dense: &dense,
+                feat_s0: &s0,
+                feat_s1: &s1,
+            };
+            dec.forward(&inputs, mm).unwrap()
         };
         let multi = run(&normal, true);
         let single = run(&normal, false);

@@ -12,7 +12,7 @@ use crate::checks::compare::{compare, mask_iou, Comparison};
 use crate::checks::fixture::{subsample, Fixture};
 use crate::checks::Result;
 use crate::frame::postprocess::{binarize, resize_logits};
-use crate::model::decoder::MaskDecoder;
+use crate::model::decoder::{DecoderInputs, MaskDecoder};
 use crate::model::prompt_encoder::{ImagePositionalEmbedding, PromptEncoder};
 use crate::model::weights::Weights;
 
@@ -108,15 +108,15 @@ pub fn run(fx: &Fixture, weights: &Weights) -> Result<Vec<StageReport>> {
 fn decoder_case(fx: &Fixture, decoder: &MaskDecoder, case: &str) -> Result<Vec<StageReport>> {
     let mut reports = Vec::new();
     for mm in [true, false] {
-        let out = decoder.forward(
-            fx.get("image.embed")?,
-            fx.get("image.dense_pe")?,
-            fx.get(&format!("prompt.{case}.sparse"))?,
-            fx.get(&format!("prompt.{case}.dense"))?,
-            mm,
-            fx.get("image.feat_s0")?,
-            fx.get("image.feat_s1")?,
-        )?;
+        let inputs = DecoderInputs {
+            image_embed: fx.get("image.embed")?,
+            image_pe: fx.get("image.dense_pe")?,
+            sparse: fx.get(&format!("prompt.{case}.sparse"))?,
+            dense: fx.get(&format!("prompt.{case}.dense"))?,
+            feat_s0: fx.get("image.feat_s0")?,
+            feat_s1: fx.get("image.feat_s1")?,
+        };
+        let out = decoder.forward(&inputs, mm)?;
         let d = format!("decoder.{case}.mm{}", u8::from(mm));
         let masks_name = format!("{d}.masks");
         if fx.has(&masks_name) {

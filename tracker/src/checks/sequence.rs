@@ -19,6 +19,7 @@ use super::{StageReport, STAGE_REL_L2};
 use crate::checks::compare::{compare, mask_iou, Comparison};
 use crate::checks::{CheckError, Result};
 use crate::model::config::EdgeTamConfig;
+use crate::model::decoder::DecoderInputs;
 use crate::model::edgetam::EdgeTam;
 use crate::model::prompt::{Point, PointLabel, Prompt};
 use crate::model::weights::Weights;
@@ -469,17 +470,20 @@ fn stage_checks(fx: &SequenceFixture, tracker: &Tracker) -> Result<Vec<StageRepo
     let rgb = fx.frame(frame)?;
     let image = model.encode_image(&rgb, fx.width, fx.height)?;
     let (sparse, dense) = model.prompt_encoder().embed(None, None)?;
-    let dec = model.mask_decoder().forward(
-        &cond,
-        &model
-            .image_positional_embedding()
-            .image_wide(model.config().embed_size())?,
-        &sparse,
-        &dense,
-        model.use_multimask_for(false, 0),
-        &image.features.feat_s0,
-        &image.features.feat_s1,
-    )?;
+    let image_pe = model
+        .image_positional_embedding()
+        .image_wide(model.config().embed_size())?;
+    let inputs = DecoderInputs {
+        image_embed: &cond,
+        image_pe: &image_pe,
+        sparse: &sparse,
+        dense: &dense,
+        feat_s0: &image.features.feat_s0,
+        feat_s1: &image.features.feat_s1,
+    };
+    let dec = model
+        .mask_decoder()
+        .forward(&inputs, model.use_multimask_for(false, 0))?;
     r.push(StageReport::rel_l2(
         name("decoder masks"),
         cmp(&dec.masks, &get("stage.masks")?)?,

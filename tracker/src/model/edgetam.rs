@@ -15,9 +15,9 @@ use crate::frame::postprocess;
 use crate::frame::preprocess;
 use crate::frame::Frame;
 use crate::model::config::EdgeTamConfig;
-use crate::model::decoder::MaskDecoder;
+use crate::model::decoder::{DecoderInputs, MaskDecoder};
 use crate::model::image_encoder::{ImageEncoder, ImageFeatures};
-use crate::model::layers::{Activation, FeedForward};
+use crate::model::layers::{Activation, FeedForward, FeedForwardSpec};
 use crate::model::memory_attention::MemoryAttention;
 use crate::model::memory_encoder::MemoryEncoder;
 use crate::model::perceiver::SpatialPerceiver;
@@ -179,12 +179,14 @@ impl EdgeTam {
         let mask_decoder = MaskDecoder::new(&config, vb.pp("mask_decoder"))?;
         let no_memory_embedding = vb.get((1, 1, hidden), "no_memory_embedding")?;
         let object_pointer_proj = FeedForward::new(
-            hidden,
-            hidden,
-            hidden,
-            3,
-            Activation::Relu,
-            false,
+            FeedForwardSpec {
+                input_dim: hidden,
+                hidden_dim: hidden,
+                output_dim: hidden,
+                num_layers: 3,
+                activation: Activation::Relu,
+                sigmoid_output: false,
+            },
             vb.pp("object_pointer_proj"),
         )?;
         let no_object_pointer = vb.get((1, hidden), "no_object_pointer")?;
@@ -375,15 +377,15 @@ impl EdgeTam {
         dense: &Tensor,
         multimask: bool,
     ) -> Result<Vec<Segmentation>> {
-        let out = self.mask_decoder.forward(
-            pix_feat,
-            &self.dense_pe,
+        let inputs = DecoderInputs {
+            image_embed: pix_feat,
+            image_pe: &self.dense_pe,
             sparse,
             dense,
-            multimask,
-            &image.features.feat_s0,
-            &image.features.feat_s1,
-        )?;
+            feat_s0: &image.features.feat_s0,
+            feat_s1: &image.features.feat_s1,
+        };
+        let out = self.mask_decoder.forward(&inputs, multimask)?;
         let rows = out.masks.dim(0)?;
         // Mid-frame device -> host reads (a few floats): the candidate choice and the object
         // score drive control flow on the host.

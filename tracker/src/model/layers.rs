@@ -145,17 +145,30 @@ pub struct FeedForward {
     sigmoid_output: bool,
 }
 
+/// The shape of a [`FeedForward`] (the reference's constructor arguments, by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedForwardSpec {
+    pub input_dim: usize,
+    pub hidden_dim: usize,
+    pub output_dim: usize,
+    /// Counts `proj_in` and `proj_out`, so at least 2.
+    pub num_layers: usize,
+    pub activation: Activation,
+    /// A sigmoid after the last layer (the IoU head).
+    pub sigmoid_output: bool,
+}
+
 impl FeedForward {
-    /// `num_layers` counts `proj_in` and `proj_out` (so it must be at least 2).
-    pub fn new(
-        input_dim: usize,
-        hidden_dim: usize,
-        output_dim: usize,
-        num_layers: usize,
-        activation: Activation,
-        sigmoid_output: bool,
-        vb: VarBuilder,
-    ) -> Result<Self> {
+    /// Loads the layers of `spec` from `vb`.
+    pub fn new(spec: FeedForwardSpec, vb: VarBuilder) -> Result<Self> {
+        let FeedForwardSpec {
+            input_dim,
+            hidden_dim,
+            output_dim,
+            num_layers,
+            activation,
+            sigmoid_output,
+        } = spec;
         if num_layers < 2 {
             candle_core::bail!("FeedForward needs at least 2 layers, got {num_layers}");
         }

@@ -20,7 +20,7 @@ use crate::kernels::norm::HostNorm;
 use crate::model::config::{EdgeTamConfig, MaskDecoderConfig};
 use crate::model::decoder::two_way_transformer::TwoWayTransformer;
 use crate::model::decoder::upscale::{InputLayout, Upscale2x};
-use crate::model::layers::{Activation, FeedForward, LayerNorm2d};
+use crate::model::layers::{Activation, FeedForward, FeedForwardSpec, LayerNorm2d};
 
 /// Eps of the upscale LayerNorm (`EdgeTamVideoLayerNorm` default), unlike the transformer's 1e-5.
 const UPSCALE_NORM_EPS: f64 = 1e-6;
@@ -59,6 +59,24 @@ pub struct MaskDecoder {
     embed_size: usize,
 }
 
+/// What the mask decoder reads. A batch of 1 in the image-side tensors is shared by all `B`
+/// prompt rows (several objects on one frame).
+#[derive(Debug, Clone, Copy)]
+pub struct DecoderInputs<'a> {
+    /// `[B|1, C, e, e]`: level 2 + `no_memory_embedding`, or the memory-conditioned features.
+    pub image_embed: &'a Tensor,
+    /// `[B|1, C, e, e]`: the image-wide positional encoding.
+    pub image_pe: &'a Tensor,
+    /// `[B, P, T, C]`: sparse prompt tokens.
+    pub sparse: &'a Tensor,
+    /// `[B|1, C, e, e]`: the dense prompt embedding.
+    pub dense: &'a Tensor,
+    /// `[B|1, C/8, 4e, 4e]`: the stride-4 high-resolution features (`conv_s0`).
+    pub feat_s0: &'a Tensor,
+    /// `[B|1, C/4, 2e, 2e]`: the stride-8 high-resolution features (`conv_s1`).
+    pub feat_s1: &'a Tensor,
+}
+
 impl MaskDecoder {
     /// `vb` at `mask_decoder`.
     pub fn new(cfg: &EdgeTamConfig, vb: VarBuilder) -> candle_core::Result<Self> {
@@ -76,12 +94,14 @@ impl MaskDecoder {
         let hypernetworks = (0..num_mask_tokens)
             .map(|i| {
                 FeedForward::new(
-                    c,
-                    c,
-                    c / 8,
-                    3,
-                    Activation::Relu,
-                    false,
+                    FeedForwardSpec {
+                        input_dim: c,
+                        hidden_dim: c,
+                        output_dim: c / 8,
+                        num_layers: 3,
+                        activation: Activation::Relu,
+                        sigmoid_output: false,
+                    },
                     vb.pp("output_hypernetworks_mlps").pp(i),
                 )
             })
@@ -96,21 +116,25 @@ impl MaskDecoder {
             upscale_conv2: Upscale2x::new(c / 4, c / 8, vb.pp("upscale_conv2"))?,
             hypernetworks,
             iou_head: FeedForward::new(
-                c,
-                dc.iou_head_hidden_dim,
-                num_mask_tokens,
-                dc.iou_head_depth,
-                Activation::Relu,
-                true,
+                FeedForwardSpec {
+                    input_dim: c,
+                    hidden_dim: dc.iou_head_hidden_dim,
+                    output_dim: num_mask_tokens,
+                    num_layers: dc.iou_head_depth,
+                    activation: Activation::Relu,
+                    sigmoid_output: true,
+                },
                 vb.pp("iou_prediction_head"),
             )?,
             score_head: FeedForward::new(
-                c,
-                c,
-                1,
-                3,
-                Activation::Relu,
-                false,
+                FeedForwardSpec {
+                    input_dim: c,
+                    hidden_dim: c,
+                    output_dim: 1,
+                    num_layers: 3,
+                    activation: Activation::Relu,
+                    sigmoid_output: false,
+                },
                 vb.pp("pred_obj_score_head"),
             )?,
             cfg: dc.clone(),
@@ -119,25 +143,17 @@ impl MaskDecoder {
         })
     }
 
-    /// Predicts masks for every prompt row.
-    ///
-    /// * `image_embed` `[B|1, C, e, e]` (level 2 + `no_memory_embedding`, or memory-conditioned),
-    ///   `image_pe` `[B|1, C, e, e]`, `sparse` `[B, P, T, C]`, `dense` `[B|1, C, e, e]`,
-    ///   `feat_s0` `[B|1, C/8, 4e, 4e]`, `feat_s1` `[B|1, C/4, 2e, 2e]`. A batch of 1 in the
-    ///   image-side tensors is shared by all `B` prompt rows (several objects on one frame).
-    /// * `multimask`: the 3 multimask outputs; otherwise one mask, chosen by the dynamic
-    ///   stability rule when the config enables it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &self,
-        image_embed: &Tensor,
-        image_pe: &Tensor,
-        sparse: &Tensor,
-        dense: &Tensor,
-        multimask: bool,
-        feat_s0: &Tensor,
-        feat_s1: &Tensor,
-    ) -> Result<DecoderOutput> {
+    /// Predicts masks for every prompt row of `inputs`. `multimask`: the 3 multimask outputs;
+    /// otherwise one mask, chosen by the dynamic stability rule when the config enables it.
+    pub fn forward(&self, inputs: &DecoderInputs, multimask: bool) -> Result<DecoderOutput> {
+        let DecoderInputs {
+            image_embed,
+            image_pe,
+            sparse,
+            dense,
+            feat_s0,
+            feat_s1,
+        } = *inputs;
         let c = self.hidden;
         let e = self.embed_size;
         let (b, p, t, sc) = sparse.dims4().map_err(|_| {
@@ -387,7 +403,17 @@ mod profile {
         let mut times = Vec::new();
         for _ in 0..20 {
             let t0 = std::time::Instant::now();
-            dec.forward(&embed, &pe, &sparse, &dense, false, &s0, &s1)?;
+            dec.forward(
+                &super::DecoderInputs {
+                    image_embed: &embed,
+                    image_pe: &pe,
+                    sparse: &sparse,
+                    dense: &dense,
+                    feat_s0: &s0,
+                    feat_s1: &s1,
+                },
+                false,
+            )?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(|a, b| a.total_cmp(b));

@@ -7,7 +7,9 @@ use candle_nn::VarBuilder;
 use crate::error::Result;
 use crate::kernels::nchw_to_tokens;
 use crate::model::config::MaskDecoderConfig;
-use crate::model::layers::{Activation, Attention, FeedForward, LayerNorm, TORCH_LAYER_NORM_EPS};
+use crate::model::layers::{
+    Activation, Attention, FeedForward, FeedForwardSpec, LayerNorm, TORCH_LAYER_NORM_EPS,
+};
 
 /// One `EdgeTamVideoTwoWayAttentionBlock`.
 #[derive(Debug, Clone)]
@@ -47,12 +49,14 @@ impl TwoWayBlock {
             norm2: ln("layer_norm2")?,
             // The reference sizes this MLP's depth with `num_hidden_layers` (2: proj_in, proj_out).
             mlp: FeedForward::new(
-                c,
-                cfg.mlp_dim,
-                c,
-                cfg.num_hidden_layers,
-                Activation::Relu,
-                false,
+                FeedForwardSpec {
+                    input_dim: c,
+                    hidden_dim: cfg.mlp_dim,
+                    output_dim: c,
+                    num_layers: cfg.num_hidden_layers,
+                    activation: Activation::Relu,
+                    sigmoid_output: false,
+                },
                 vb.pp("mlp"),
             )?,
             norm3: ln("layer_norm3")?,
