@@ -3,8 +3,7 @@
 //! Every stage allocates its outputs afresh (candle tensors own their buffers): several 4-25 MiB
 //! activations per frame. glibc serves blocks above its mmap threshold with fresh `mmap`s and
 //! returns them on free, and trims the heap top beyond its trim threshold, so each frame pays
-//! page faults and kernel page zeroing for the same sizes again: 8 % of a 1024 frame on the
-//! 2-core bench machine. [`keep_freed_memory`] raises the mmap threshold to glibc's maximum
+//! page faults and kernel page zeroing for the same sizes again (BENCHMARKS.md, "Kernel notes"). [`keep_freed_memory`] raises the mmap threshold to glibc's maximum
 //! (32 MiB) and stops trimming, so freed buffers are reused. Peak memory is unchanged (the
 //! buffers were needed anyway) and stays flat over a stream; freed memory is just not handed
 //! back to the OS while the process runs.

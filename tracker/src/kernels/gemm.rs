@@ -4,8 +4,7 @@
 //! Why not the `gemm` crate candle ships: on stable Rust it runs its AVX2 16x6 kernel, and it
 //! packs both operands on every call. The memory attention multiplies the same keys, values and
 //! weights many times per frame (every query tile of the fused attention re-packs its key and
-//! value tiles), and `perf` put more than half of all cycles there at about 66 % of the FMA
-//! peak. Here the right-hand side `B` is packed once (per attention call, or once at load for a
+//! value tiles): `perf` put more than half of all cycles there, well below the FMA peak. Here the right-hand side `B` is packed once (per attention call, or once at load for a
 //! weight) into panels of [`NR`] columns, the left-hand side is read in place (its elements are
 //! broadcast straight from memory), and an 8 x 32 tile of `C` stays in 16 zmm registers for a
 //! whole `KC` block of the inner dimension.

@@ -24,8 +24,7 @@ const ADD_CHUNK: usize = 1 << 15;
 /// whole `H x W` planes or one value per plane (a batch-1 map against `B` rows, a per-channel
 /// embedding). candle runs elementwise ops of 64 Ki values and more on a thread pool of its
 /// own, whose thread must be woken and scheduled beside the kernels' workers for every op: with
-/// as many threads as cores the mask decoder, whose image-sized sums are such ops, ran no
-/// faster on 2 threads than on 1.
+/// as many threads as cores that serialised the mask decoder's image-sized sums (BENCHMARKS.md, "Kernel notes").
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let shape = a.shape().broadcast_shape_binary_op(b.shape(), "add")?;
     let (wide_a, wide_b) = (a.broadcast_as(&shape)?, b.broadcast_as(&shape)?);
@@ -169,9 +168,8 @@ impl CustomOp2 for Add {
 }
 
 /// `[N, A, B, D]` -> contiguous `[N, B, A, D]`: the attention head split (`A` tokens, `B`
-/// heads) and merge (`A` heads, `B` tokens). candle's strided copy moves one element at a time
-/// (~3 ns each: ~1.5 ms per 4096-token projection in the decoder); here whole `D`-float rows move
-/// at once, on all cores. Values are only moved, so the result is bit-identical.
+/// heads) and merge (`A` heads, `B` tokens). candle's strided copy moves one element at a time;
+/// here whole `D`-float rows move at once, on all cores. Values are only moved, so the result is bit-identical.
 pub fn swap_axes_1_2(x: &Tensor) -> Result<Tensor> {
     let (n, a, b, d) = x.dims4()?;
     if f32_cpu(x) && a > 1 && b > 1 {

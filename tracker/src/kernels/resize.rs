@@ -30,8 +30,8 @@ pub(crate) fn bilinear_ops(x: &Tensor, height: usize, width: usize) -> Result<Te
     resize_axis(&x, 2, h, height)
 }
 
-/// [`bilinear`]'s CPU pass: the tensor path's two index selects, two products
-/// and a sum per axis cost ~5 ms per 360x640 mask and more per 1024x1024 memory-encoder input.
+/// [`bilinear`]'s CPU pass, in place of the tensor path's two index selects, two products and a
+/// sum per axis.
 /// Same arithmetic in the same order (each product rounded, then the sum; no fused
 /// multiply-add), so the result is bit-identical.
 struct BilinearResize {

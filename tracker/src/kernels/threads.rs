@@ -7,7 +7,7 @@
 /// bounds the whole model.
 ///
 /// Without `RAYON_NUM_THREADS` candle detects the core count anew on every call (it parses
-/// `/proc/cpuinfo`, ~40 us); the detected count is cached here, the variable still read each time.
+/// `/proc/cpuinfo`); the detected count is cached here, the variable still read each time.
 pub(crate) fn threads() -> usize {
     static DETECTED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let from_env = std::env::var("RAYON_NUM_THREADS")
@@ -109,8 +109,8 @@ pub(crate) fn run_tasks_with<T: Send, S>(
 ///
 /// Each worker zeroes its chunk right before `work` sees it, instead of `vec![0; len]` zeroing
 /// the whole buffer on the calling thread first: with freed buffers kept in the heap
-/// (`instrument::allocator`) that up-front `memset` was 13 % of the decoder's time, serial and out of
-/// cache. `work` sees zeros, as with `vec!`.
+/// (`instrument::allocator`) that up-front `memset` ran serial and out of cache (BENCHMARKS.md, "Kernel notes").
+/// `work` sees zeros, as with `vec!`.
 pub(crate) fn output_in_chunks(
     len: usize,
     chunk: usize,
@@ -121,7 +121,7 @@ pub(crate) fn output_in_chunks(
 
 /// `vec![0f32; len]`, zeroed by the workers in parallel chunks: for the ops' multi-MiB outputs
 /// the serial `memset` of a `calloc` that reuses freed heap memory (`instrument::allocator`) left
-/// the other core idle (about 3 % of a frame).
+/// the other cores idle.
 pub(crate) fn zeroed(len: usize) -> Vec<f32> {
     output_in_chunks(len, 1 << 16, |_, _| {})
 }

@@ -321,7 +321,7 @@ impl SpatialPerceiver {
 /// row-major, tokens row-major inside each).
 ///
 /// Row-major tokens first (a tiled transpose), then whole token rows gathered into window order:
-/// candle's strided copy of the 6-D permute took ~1.4 ms per call at 64x64.
+/// candle's strided copy of the 6-D permute moves one element at a time (BENCHMARKS.md, "Kernel notes").
 fn window_major_tokens(x: &Tensor, n: usize, ws: usize) -> candle_core::Result<Tensor> {
     let side = n * ws;
     let mut order = Vec::with_capacity(side * side);

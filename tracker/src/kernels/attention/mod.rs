@@ -192,8 +192,7 @@ impl CustomOp3 for FusedAttention {
 
 /// Up to this many keys the plain matmul + softmax path runs instead of the tiled kernel: the
 /// score matrix is small then, and the tiles (256 keys, 32-column panels) would be mostly
-/// padding. Measured (`tests::bench`): the decoder's image-to-token attention (8 keys) 1.1 ms
-/// plain vs 1.5 ms tiled, the perceiver's windows (16 keys) 0.2 vs 0.4 ms.
+/// padding (timed by `tests::bench`; BENCHMARKS.md, "Kernel notes").
 const SMALL_LK: usize = 32;
 
 /// One query tile against all keys: `q` `[rows, D]`, `k` the packed `K^T` (`D x Lk`), `v` the

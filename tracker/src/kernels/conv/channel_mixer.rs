@@ -25,7 +25,7 @@ use crate::kernels::gemm::{packed_unchecked, PackedB};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// Pixels per task: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
-/// weights (64 measured 10-25 % faster than 128 at all four RepViT stage shapes, 2 threads).
+/// weights (64 against 128: BENCHMARKS.md, "Kernel notes").
 const COLS: usize = 64;
 
 /// The op: `conv1` `[hid, c]` + bias, GELU, `conv2` `[c, hid]` + bias, times an optional

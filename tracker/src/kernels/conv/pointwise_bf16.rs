@@ -17,8 +17,8 @@ const LOCAL_STRIDE: usize = PIXELS_PER_TASK + 16;
 
 /// Input channel pairs per pass over a 64-pixel strip: their packed rows (24 KiB) stay in L1
 /// while every output channel reads them. Without the split, the 768-wide hidden of RepViT's
-/// last stage (96 KiB per strip) streamed from L2 for each 4 outputs: its channel mixer ran at
-/// ~205 GFLOP/s, with it ~385 (2 threads; `channel_mixer::speed`).
+/// last stage (96 KiB per strip) streamed from L2 for each 4 outputs (`channel_mixer::speed`;
+/// BENCHMARKS.md, "Kernel notes").
 const K_PAIRS: usize = 96;
 
 /// A 1x1 convolution's weight `[out, in]` as bf16 channel pairs, `in` even.
@@ -60,7 +60,7 @@ impl PackedWeight {
 /// pixels: it fills a local block (rows [`LOCAL_STRIDE`] apart) with the start values,
 /// accumulates the product into it and copies it out. In place, the tiles' rows would lie `hw`
 /// floats apart, a power of two at every map size here, which puts all rows of a tile in the
-/// same cache sets (the 256 -> 256 conv at 64x64 ran at ~170 GFLOP/s that way).
+/// same cache sets.
 pub(crate) fn conv(
     w: &PackedWeight,
     x: &[f32],
