@@ -34,9 +34,9 @@ const UNUSED_PREFIXES: &[&str] = &["no_memory_positional_encoding"];
 
 /// Image features of one frame, shared by every object prompted on it.
 pub struct ImageEmbedding {
-    pub features: ImageFeatures,
+    pub(crate) features: ImageFeatures,
     /// Stride-16 features + `no_memory_embedding`: what the decoder sees on a prompted frame.
-    pub embed: Tensor,
+    pub(crate) embed: Tensor,
     /// Original image `(width, height)`.
     pub original_size: (usize, usize),
     /// Time spent preprocessing the frame (zero when it came preprocessed).
@@ -108,6 +108,7 @@ pub struct EdgeTam {
     device: Device,
     pub(crate) image_encoder: ImageEncoder,
     prompt_encoder: PromptEncoder,
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
     image_pe: ImagePositionalEmbedding,
     mask_decoder: MaskDecoder,
     no_memory_embedding: Tensor,
@@ -265,19 +266,17 @@ impl EdgeTam {
         &self.device
     }
 
-    pub fn image_encoder(&self) -> &ImageEncoder {
-        &self.image_encoder
-    }
-
-    pub fn prompt_encoder(&self) -> &PromptEncoder {
+    pub(crate) fn prompt_encoder(&self) -> &PromptEncoder {
         &self.prompt_encoder
     }
 
-    pub fn image_positional_embedding(&self) -> &ImagePositionalEmbedding {
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
+    pub(crate) fn image_positional_embedding(&self) -> &ImagePositionalEmbedding {
         &self.image_pe
     }
 
-    pub fn mask_decoder(&self) -> &MaskDecoder {
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
+    pub(crate) fn mask_decoder(&self) -> &MaskDecoder {
         &self.mask_decoder
     }
 
@@ -353,7 +352,7 @@ impl EdgeTam {
     }
 
     /// `_single_frame_forward` for one object given model-input points `[1,1,N,2]` and labels.
-    pub fn segment_model_inputs(
+    pub(crate) fn segment_model_inputs(
         &self,
         image: &ImageEmbedding,
         coords: &Tensor,
@@ -369,7 +368,7 @@ impl EdgeTam {
     /// The mask decoder on `pix_feat` `[B|1, C, e, e]` for `B` prompt rows (`sparse`
     /// `[B, 1, T, C]`), then per row what `_single_frame_forward` derives: the chosen mask
     /// (argmax IoU with multimask), the no-object substitution and the object pointer.
-    pub fn decode_rows(
+    pub(crate) fn decode_rows(
         &self,
         image: &ImageEmbedding,
         pix_feat: &Tensor,
@@ -451,12 +450,13 @@ impl EdgeTam {
     }
 
     /// `object_pointer_proj` of decoder output tokens `[N, C]`: the pointers of present objects.
-    pub fn object_pointer(&self, tokens: &Tensor) -> Result<Tensor> {
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
+    pub(crate) fn object_pointer(&self, tokens: &Tensor) -> Result<Tensor> {
         Ok(self.object_pointer_proj.forward(tokens)?)
     }
 
     /// `no_object_pointer` `[1, C]`: the pointer of an absent object.
-    pub fn no_object_pointer(&self) -> &Tensor {
+    pub(crate) fn no_object_pointer(&self) -> &Tensor {
         &self.no_object_pointer
     }
 

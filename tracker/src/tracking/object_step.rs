@@ -38,7 +38,11 @@ impl EdgeTam {
     /// (`memory_temporal_positional_encoding[offset - 1]`, conditioning frames the last entry),
     /// then each 256-d pointer split into `256 / mem_dim` tokens, with zero position or, when the
     /// config enables it, a projected 1-D sine encoding of `offset / (max_pointers - 1)`.
-    pub fn gather_memory(&self, bank: &ObjectMemory, sel: &Selection) -> Result<GatheredMemory> {
+    pub(crate) fn gather_memory(
+        &self,
+        bank: &ObjectMemory,
+        sel: &Selection,
+    ) -> Result<GatheredMemory> {
         let cfg = self.config();
         let v = &self.video;
         let dev = self.device();
@@ -96,7 +100,7 @@ impl EdgeTam {
 
     /// Memory-conditioned features `[B, C, e, e]` for objects whose gathered memories have the
     /// same layout (same number of memories and pointer tokens).
-    pub fn condition_on_memory(
+    pub(crate) fn condition_on_memory(
         &self,
         image: &ImageEmbedding,
         gathered: &[GatheredMemory],
@@ -140,7 +144,7 @@ impl EdgeTam {
 
     /// The multimask rule of `_use_multimask` for a frame that is (`initial`) or is not an
     /// initial conditioning frame, given the number of prompt points (a box counts two).
-    pub fn use_multimask_for(&self, initial: bool, num_points: usize) -> bool {
+    pub(crate) fn use_multimask_for(&self, initial: bool, num_points: usize) -> bool {
         let c = self.config();
         c.multimask_output_in_sam
             && (initial || c.multimask_output_for_tracking)
@@ -149,7 +153,7 @@ impl EdgeTam {
 
     /// Decoder on memory-conditioned features for tracked objects without prompts
     /// (`pix_feat` `[B, C, e, e]`), one [`Segmentation`] per row.
-    pub fn decode_tracked(
+    pub(crate) fn decode_tracked(
         &self,
         image: &ImageEmbedding,
         pix_feat: &Tensor,
@@ -169,7 +173,11 @@ impl EdgeTam {
     /// `_use_mask_as_output`: a mask prompt `[1, 1, S, S]` (0/1) is the output itself
     /// (logits `mask * 20 - 10`, shrunk with antialiasing); the decoder only supplies the object
     /// pointer, from the mask fed as a dense prompt.
-    pub fn segment_mask(&self, image: &ImageEmbedding, mask: &Tensor) -> Result<Segmentation> {
+    pub(crate) fn segment_mask(
+        &self,
+        image: &ImageEmbedding,
+        mask: &Tensor,
+    ) -> Result<Segmentation> {
         let s = self.config().image_size;
         let low = s / 4;
         let mask = mask.to_dtype(DType::F32)?;
@@ -204,7 +212,7 @@ impl EdgeTam {
     /// `_encode_new_memory` for a batch of steps: memory-encoder input per step, the encoder on
     /// the raw stride-16 features, the occlusion embedding where the object is absent (if the
     /// config has one), then the perceiver. Returns memory and position `[B, tokens, mem_dim]`.
-    pub fn encode_memories(
+    pub(crate) fn encode_memories(
         &self,
         image: &ImageEmbedding,
         steps: &[(&Segmentation, &MemoryInput)],
@@ -233,7 +241,7 @@ impl EdgeTam {
 
     /// As [`Self::encode_memories`] from ready memory-encoder inputs `[B, 1, S, S]` and the
     /// objects' scores.
-    pub fn encode_memory_inputs(
+    pub(crate) fn encode_memory_inputs(
         &self,
         image: &ImageEmbedding,
         inputs: &Tensor,

@@ -51,6 +51,7 @@ impl Default for TrackerOptions {
 /// Replaces the memory-encoder input of a prompted (binarised) step: `(object id, frame index)`
 /// -> a `[1, 1, S, S]` 0/1 mask. For parity tests, which feed the reference's own binarised
 /// masks because float noise flips pixels whose logit is ~0.
+#[doc(hidden)]
 pub type MemoryMaskOverride = Box<dyn FnMut(u32, u64) -> Option<Tensor> + Send>;
 
 struct PendingPrompt {
@@ -211,13 +212,15 @@ impl Tracker {
 
     /// Installs (or removes) a [`MemoryMaskOverride`].
     #[doc(hidden)]
+    #[doc(hidden)]
     pub fn set_memory_mask_override(&mut self, f: Option<MemoryMaskOverride>) {
         self.override_mask = f;
     }
 
     /// The memory object `obj_id` would read on the next frame (for parity checks).
     #[doc(hidden)]
-    pub fn gather_for_next_frame(&self, obj_id: u32) -> Result<GatheredMemory> {
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
+    pub(crate) fn gather_for_next_frame(&self, obj_id: u32) -> Result<GatheredMemory> {
         let o = self
             .objects
             .iter()

@@ -44,6 +44,7 @@ pub struct ImageFeatures {
 
 /// The intermediate outputs the tracker does not keep, for checks against the reference.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "checks"), allow(dead_code))]
 pub struct EncoderInternals {
     /// The four backbone stage outputs, shallowest first.
     pub stages: Vec<Tensor>,
@@ -151,6 +152,7 @@ impl ImageEncoder {
 
     /// As [`Self::forward`], also returning the backbone stages and the whole neck's output
     /// (for checks; the tracker never builds the high-resolution FPN levels).
+    #[cfg_attr(not(feature = "checks"), allow(dead_code))]
     pub fn forward_with_neck(
         &self,
         pixel_values: &Tensor,
