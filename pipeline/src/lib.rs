@@ -41,8 +41,8 @@
 //!   applied after that reset. [`ResolutionChange::Continue`] keeps tracking instead.
 //! * A worker panic reaches the caller as [`Error::WorkerFailed`] on `recv` (and on later
 //!   `push`es); it never hangs.
-//! * Feature `opencv`: [`Frame::from_mat`] borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
-//!   continuous or not) without copying; see [`MatError`] for what is refused.
+//! * Feature `opencv`: `Frame::from_mat` borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
+//!   continuous or not) without copying; see `MatError` for what is refused.
 
 mod builder;
 mod error;

@@ -38,7 +38,7 @@ pub enum ResolutionChange {
     /// default: a camera that changes mode is a new scene.
     #[default]
     Reset,
-    /// Keep tracking, as a serially driven [`Tracker`] does (its memory does not depend on the
+    /// Keep tracking, as a serially driven [`edgetam_tracker::Tracker`] does (its memory does not depend on the
     /// frame size; prompts are checked against the new size).
     Continue,
 }
@@ -51,7 +51,7 @@ pub enum Outcome {
     /// Dropped by the [`DropPolicy`]; the tracker never saw it.
     Dropped,
     /// The tracker failed on this frame (for instance a queued prompt outside the frame); the
-    /// tracker's state is as after a failed [`Tracker::track`] and the stream goes on.
+    /// tracker's state is as after a failed [`edgetam_tracker::Tracker::track`] and the stream goes on.
     Failed(Error),
 }
 
@@ -135,7 +135,7 @@ impl Pipeline {
     }
 
     /// Adds a box / points / mask prompt for object `obj` (new or existing). It applies to the
-    /// next frame pushed after this call, exactly as [`Tracker::add_prompt`] on the tracker's
+    /// next frame pushed after this call, exactly as [`edgetam_tracker::Tracker::add_prompt`] on the tracker's
     /// next frame. Errors found when it is applied come back in that frame's
     /// [`FrameOutput::command_errors`].
     pub fn add_prompt(&self, obj: u32, prompt: impl Into<ObjectPrompt>) -> Result<()> {

@@ -7,18 +7,7 @@
 //! obj=3;frame=5;mask=PATH                   (a PNG of the frame's size, nonzero = inside)
 //! ```
 //!
-//! `obj=ID` is required, `frame=F` defaults to 0, a box and points can be combined, a mask
-//! cannot be combined with either. Coordinates are frame pixels; they are checked against the
-//! frame only when the prompt is applied. Several specs can be joined with `|`
-//! ([`PromptSpec::parse_list`]).
-//!
-//! ```
-//! use edgetam_pipeline::PromptSpec;
-//! let spec: PromptSpec = "obj=1;frame=0;box=10,20,50,60".parse().unwrap();
-//! assert_eq!((spec.obj, spec.frame, spec.bbox), (1, 0, Some([10., 20., 50., 60.])));
-//! let err = "obj=1;bx=1,2,3,4".parse::<PromptSpec>().unwrap_err();
-//! assert!(err.to_string().contains("unknown key `bx`"));
-//! ```
+//! The syntax, with examples, is [`PromptSpec`]'s.
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -53,7 +42,26 @@ pub enum PromptSpecError {
     },
 }
 
-/// One object's prompt on one frame, as parsed (a mask file is named, not read).
+/// One object's prompt on one frame, as parsed (a mask file is named, not read):
+///
+/// ```text
+/// obj=1;frame=0;box=x0,y0,x1,y1
+/// obj=2;frame=0;point=x,y,1;point=x,y,0     (label 1 = object, 0 = background; repeatable)
+/// obj=3;frame=5;mask=PATH                   (a PNG of the frame's size, nonzero = inside)
+/// ```
+///
+/// `obj=ID` is required, `frame=F` defaults to 0, a box and points can be combined, a mask
+/// cannot be combined with either. Coordinates are frame pixels; they are checked against the
+/// frame only when the prompt is applied. Several specs can be joined with `|`
+/// ([`PromptSpec::parse_list`]).
+///
+/// ```
+/// use edgetam_pipeline::PromptSpec;
+/// let spec: PromptSpec = "obj=1;frame=0;box=10,20,50,60".parse().unwrap();
+/// assert_eq!((spec.obj, spec.frame, spec.bbox), (1, 0, Some([10., 20., 50., 60.])));
+/// let err = "obj=1;bx=1,2,3,4".parse::<PromptSpec>().unwrap_err();
+/// assert!(err.to_string().contains("unknown key `bx`"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptSpec {
     /// The object id (`obj=`).
@@ -69,7 +77,7 @@ pub struct PromptSpec {
 }
 
 impl PromptSpec {
-    /// Parses one spec (see the [module docs](self)).
+    /// Parses one spec (the syntax is [`PromptSpec`]'s).
     pub fn parse(s: &str) -> Result<Self, PromptSpecError> {
         let (mut obj, mut frame, mut bbox, mut mask) = (None, None, None, None);
         let mut points = Vec::new();

@@ -46,6 +46,14 @@ pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
 pub use model::config::EdgeTamConfig;
+
+/// The model configuration (`config.json`, transformers' `EdgeTamVideoConfig`) and its parts.
+pub mod config {
+    pub use crate::model::config::{
+        BackboneConfig, EdgeTamConfig, MaskDecoderConfig, PromptEncoderConfig, RopeParameters,
+        VisionConfig,
+    };
+}
 pub use model::edgetam::{
     mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Segmentation, NO_OBJECT_SCORE,
 };
