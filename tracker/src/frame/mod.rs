@@ -387,6 +387,17 @@ impl<'a> Frame<'a> {
         let span = |rows: usize, stride: usize, row: usize| -> Option<usize> {
             stride.checked_mul(rows.checked_sub(1)?)?.checked_add(row)
         };
+        let short = |plane: usize, stride: usize, needed: usize, got: usize| {
+            FrameError::BufferTooShort {
+                format: f,
+                plane,
+                width: w,
+                height: h,
+                stride,
+                needed,
+                got,
+            }
+        };
         let needed = match &self.storage {
             Storage::Packed { data, stride } => {
                 if f == PixelFormat::I420 && stride % 2 != 0 {
@@ -403,15 +414,7 @@ impl<'a> Frame<'a> {
                 }
                 let needed = ends.last().copied().unwrap_or(0);
                 if let Some(plane) = ends.iter().position(|&e| e > data.len()) {
-                    return Err(FrameError::BufferTooShort {
-                        format: f,
-                        plane,
-                        width: w,
-                        height: h,
-                        stride: *stride,
-                        needed,
-                        got: data.len(),
-                    });
+                    return Err(short(plane, *stride, needed, data.len()));
                 }
                 needed
             }
@@ -421,15 +424,7 @@ impl<'a> Frame<'a> {
                     let (row, rows) = f.plane_size(plane, w, h).ok_or_else(too_large)?;
                     let needed = span(rows.max(1), *stride, row).ok_or_else(too_large)?;
                     if data.len() < needed {
-                        return Err(FrameError::BufferTooShort {
-                            format: f,
-                            plane,
-                            width: w,
-                            height: h,
-                            stride: *stride,
-                            needed,
-                            got: data.len(),
-                        });
+                        return Err(short(plane, *stride, needed, data.len()));
                     }
                     total = total.checked_add(needed).ok_or_else(too_large)?;
                 }
