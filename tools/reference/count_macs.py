@@ -8,7 +8,7 @@ Runs transformers' streaming `EdgeTamVideoModel` on the synthetic stream of `tim
 it counts 2 per multiply-add of mm/bmm/addmm/conv/SDPA and nothing else) of each module the
 benchmark times. With one prompt on frame 0, frame t >= 16 reads the steady-state memory: 7 spatial
 memories (the prompt's + 6 tracked) and 16 object pointers. These numbers are the constants of
-`tracker/src/work.rs`'s tests.
+`tracker/src/instrument/macs.rs`'s tests.
 """
 
 from __future__ import annotations

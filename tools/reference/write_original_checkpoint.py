@@ -5,7 +5,7 @@
 
 Reads fixtures/model/model.safetensors (transformers `EdgeTamVideoModel` names), renames every tensor
 to the names of Meta's original EdgeTAM code (PyPI `edgetam-dimos`, module `sam2`) by inverting the
-ONE key map, tracker/src/original_keys.map (the Rust loader reads the same file), and saves
+ONE key map, tracker/src/model/original_keys.map (the Rust loader reads the same file), and saves
 `torch.save({"model": state_dict}, ...)` like Meta's release, float tensors stored as float16 (the
 fixture values are fp16-representable, so this is exact).
 
@@ -37,11 +37,11 @@ from common import calibration_image, make_model, make_processor, repo_root
 
 torch.set_grad_enabled(False)
 
-MAP_FILE = repo_root() / "tracker" / "src" / "original_keys.map"
+MAP_FILE = repo_root() / "tracker" / "src" / "model" / "original_keys.map"
 
 
 # ---------------------------------------------------------------------------------------------------
-# The key map (same grammar as tracker/src/original_keys.rs)
+# The key map (same grammar as tracker/src/model/original_keys.rs)
 
 
 @dataclass
