@@ -209,7 +209,7 @@ mod tests {
 
 #[cfg(test)]
 mod speed {
-    /// `cargo test --release -p edgetam-tracker --lib repvit::gelu::speed -- --ignored --nocapture`
+    /// `cargo test --release -p edgetam-tracker --lib kernels::gelu::speed -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn ns_per_element() {

@@ -449,7 +449,7 @@ mod profile {
     use candle_core::Device;
 
     /// Wall time of one object's perceiver call at 1024 (64x64 memory), for `perf record`:
-    /// `cargo test --release -p edgetam-tracker --lib spatial_perceiver::profile -- --ignored --nocapture`
+    /// `cargo test --release -p edgetam-tracker --lib model::perceiver::profile -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn one_object() -> Result<()> {

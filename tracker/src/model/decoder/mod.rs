@@ -383,7 +383,7 @@ mod profile {
 
     /// Wall time of one decoder call at 1024 (one object, no prompt: a tracked frame), for
     /// `perf record`:
-    /// `cargo test --release -p edgetam-tracker --lib mask_decoder::profile -- --ignored --nocapture`
+    /// `cargo test --release -p edgetam-tracker --lib model::decoder::profile -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn tracked_frame_call() -> crate::error::Result<()> {
