@@ -33,8 +33,9 @@ gst::plugin_define!(
     env!("CARGO_PKG_DESCRIPTION"),
     plugin_init,
     env!("CARGO_PKG_VERSION"),
-    // GStreamer only accepts the licences it knows; Apache-2.0 is not one of them.
-    "unknown",
+    // The project is MIT OR Apache-2.0; GStreamer knows a fixed list of licences (LGPL, GPL,
+    // MPL, BSD, MIT/X11, ...) and shows "unknown" for anything else, so the MIT half is named.
+    "MIT/X11",
     env!("CARGO_PKG_NAME"),
     env!("CARGO_PKG_NAME"),
     env!("CARGO_PKG_REPOSITORY")

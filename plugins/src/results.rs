@@ -47,6 +47,8 @@ pub const PARAM_NAME: &str = "edgetam";
 pub const MESSAGE_NAME: &str = "edgetam-tracking";
 /// Name of the per-object structures in a message's `objects` array.
 pub const OBJECT_NAME: &str = "object";
+/// Name of the per-detection structures in a message's `detections` array.
+pub const DETECTION_NAME: &str = "detection";
 /// Structure name of the custom prompt event.
 pub const PROMPT_EVENT: &str = "edgetam-prompt";
 /// Field of the custom prompt event holding the prompt spec.

@@ -1,20 +1,29 @@
-//! Implementation of `edgetamtrack` (see the module docs of [`super`]).
+//! Implementation of `edgetamtrack` (see the module docs of [`super`]): the element's state,
+//! the buffers in flight and their order, live judgement, events and queries.
 
-use std::collections::{BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use edgetam_pipeline::{Outcome, Pipeline, PromptSpec};
-use edgetam_tracker::{parse_device, EdgeTam, FrameResult, Mask, ObjectPrompt, Prompt};
+use edgetam_pipeline::{FrameId, FrameOutput, Outcome, Pipeline};
+use edgetam_tracker::{parse_device, EdgeTam, ObjectPrompt, Prompt};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::prelude::*;
+use gst_base::subclass::base_transform::GenerateOutputSuccess;
 use gst_base::subclass::prelude::*;
 use gst_video::subclass::prelude::*;
 
-use super::Overlay;
+use super::detector::Rules;
+use super::output::{self, Decisions, LastObjects};
+use super::prompts::{self, Command, Objects, SpecError};
+use super::settings::{self, Settings};
+use super::shared_model::{self, ModelKey};
+use super::timing::{LiveCheck, Qos, Stats};
+use super::{Overlay, PromptSource};
 use crate::{convert, overlay, results};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
@@ -25,54 +34,20 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-const DEFAULT_DEVICE: &str = "cpu";
-const DEFAULT_ENCODER_AHEAD: bool = false;
-const DEFAULT_PRECISION: &str = "f32";
-const DEFAULT_OVERLAY_ALPHA: f64 = 0.5;
-const DEFAULT_MAX_OBJECTS: u32 = 16;
-const DEFAULT_LIVE_MODE: bool = false;
-const DEFAULT_POST_MESSAGES: bool = false;
-/// Tracked buffers the `fps` and `latency` statistics look back on.
-const FPS_WINDOW: usize = 30;
-const LATENCY_WINDOW: usize = 16;
+/// How long a wait for a result sleeps between checks of the flushing flag.
+const WAIT_STEP: Duration = Duration::from_millis(20);
 
-#[derive(Debug, Clone)]
-struct Settings {
-    model: Option<PathBuf>,
-    device: String,
-    prompts: Option<String>,
-    encoder_ahead: bool,
-    precision: String,
-    overlay: Overlay,
-    overlay_alpha: f64,
-    max_objects: u32,
-    live_mode: bool,
-    post_messages: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            model: None,
-            device: DEFAULT_DEVICE.into(),
-            prompts: None,
-            encoder_ahead: DEFAULT_ENCODER_AHEAD,
-            precision: DEFAULT_PRECISION.into(),
-            overlay: Overlay::empty(),
-            overlay_alpha: DEFAULT_OVERLAY_ALPHA,
-            max_objects: DEFAULT_MAX_OBJECTS,
-            live_mode: DEFAULT_LIVE_MODE,
-            post_messages: DEFAULT_POST_MESSAGES,
-        }
-    }
-}
-
-/// A runtime command from a signal or an event.
-#[derive(Debug, Clone)]
-enum Command {
-    Add(u32, ObjectPrompt),
-    Remove(u32),
-    Reset,
+/// A buffer in the element, waiting to leave in input order.
+struct Pending {
+    buf: gst::Buffer,
+    /// Buffers seen before it since `start`.
+    index: u64,
+    /// Its id in the tracking pipeline when it is tracked.
+    id: Option<FrameId>,
+    /// Its running time, taken on the streaming thread (the segment is read under the sink
+    /// pad's stream lock, which the live output thread must never wait for).
+    running_time: Option<gst::ClockTime>,
+    decisions: Decisions,
 }
 
 /// Everything that lives between `start` and `stop`.
@@ -83,24 +58,29 @@ struct State {
     buffers: u64,
     /// `prompts` entries waiting for their buffer index.
     scheduled: Vec<(u64, u32, ObjectPrompt)>,
-    /// Objects the element has asked the tracker for (for `max-objects`).
-    objects: BTreeSet<u32>,
+    objects: Objects,
+    pending: VecDeque<Pending>,
+    /// Results that came before their buffer reached the front.
+    ready: HashMap<FrameId, FrameOutput>,
+    /// Tracked buffers pending (their results not taken yet).
+    in_flight: usize,
+    max_in_flight: usize,
+    /// Results of buffers a flush discarded, dropped when they come.
+    discard: HashSet<FrameId>,
+    /// The last tracked buffer's objects (the stale metas of untracked buffers).
+    last: Option<LastObjects>,
+    /// EOS or a serialized event waits for every pending buffer to leave.
+    draining: bool,
+    /// Buffers the live output thread took and is pushing.
+    in_transit: usize,
 }
 
-#[derive(Debug, Default)]
-struct Stats {
-    /// Processing times of the last tracked buffers.
-    times: VecDeque<Duration>,
-    /// The processing latency answered to LATENCY queries.
-    latency: gst::ClockTime,
-    skipped: u64,
-}
-
-/// The last QoS event from downstream: buffers whose running time is before `earliest` will
-/// be late.
-#[derive(Debug, Default, Clone, Copy)]
-struct Qos {
-    earliest: Option<gst::ClockTime>,
+/// Something to post once the state lock is released (a synchronous bus handler may call back
+/// into the element).
+enum Post {
+    Message(gst::Message),
+    Warning(String),
+    Latency,
 }
 
 #[derive(Default)]
@@ -111,6 +91,23 @@ pub struct EdgeTamTrack {
     early: Mutex<Vec<Command>>,
     stats: Mutex<Stats>,
     qos: Mutex<Qos>,
+    /// Upstream's minimum latency, from the last LATENCY query the element answered.
+    upstream: Mutex<gst::ClockTime>,
+    /// Set by FLUSH_START and the change to READY: waits for results give up.
+    flushing: AtomicBool,
+    /// Signalled when buffers enter or leave `state.pending` (the live output thread and
+    /// drains wait on it).
+    changed: Condvar,
+    /// The live mode's output thread.
+    output: Mutex<Option<OutputThread>>,
+}
+
+/// Live mode pushes from a thread of its own: the streaming thread only hands buffers in, so a
+/// sink waiting for a buffer's time (on the streaming thread, without a queue in between) never
+/// delays the next buffer's arrival, and buffers arrive when they are captured.
+struct OutputThread {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,10 +120,10 @@ enum StartError {
     #[error("no model: set the `model` property to a folder with config.json + model.safetensors or an edgetam.pt")]
     NoModel,
     #[error("model {path} does not exist")]
-    MissingModel { path: PathBuf },
+    MissingModel { path: String },
     #[error("cannot load model {path}: {source}")]
     Model {
-        path: PathBuf,
+        path: String,
         source: edgetam_tracker::Error,
     },
     #[error("bad `device`: {0}")]
@@ -134,74 +131,13 @@ enum StartError {
     #[error("bad `precision`: {0}")]
     Precision(String),
     #[error("bad `prompts`: {0}")]
-    Prompts(#[from] edgetam_pipeline::PromptSpecError),
-    #[error("`prompts`: object {obj}: {message}")]
-    MaskFile { obj: u32, message: String },
+    Prompts(#[from] SpecError),
+    #[error(
+        "`prompt-source=analytics` needs the plugin built with GStreamer >= 1.24 (feature v1_24)"
+    )]
+    NoAnalytics,
     #[error("cannot start the tracking pipeline: {0}")]
     Pipeline(edgetam_pipeline::Error),
-}
-
-/// A mask prompt from a PNG (nonzero = inside); its size is checked against the frame when
-/// it is applied.
-fn read_mask(path: &Path) -> Result<Mask, String> {
-    let img = image::open(path)
-        .map_err(|e| format!("cannot read mask {}: {e}", path.display()))?
-        .to_luma8();
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    let mask = Mask::new(w, h, img.into_raw()).map_err(|e| e.to_string())?;
-    if mask.area() == 0 {
-        return Err(format!(
-            "mask {} is empty (no nonzero pixel)",
-            path.display()
-        ));
-    }
-    Ok(mask)
-}
-
-fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, StartError> {
-    match (&spec.mask, spec.points_prompt()) {
-        (Some(path), _) => {
-            read_mask(path)
-                .map(ObjectPrompt::Mask)
-                .map_err(|message| StartError::MaskFile {
-                    obj: spec.obj,
-                    message,
-                })
-        }
-        (None, Some(p)) => Ok(ObjectPrompt::Points(p)),
-        (None, None) => Ok(ObjectPrompt::Points(Prompt::default())),
-    }
-}
-
-/// Queues `cmd` into the running pipeline; the reason when refused.
-fn apply(state: &mut State, cmd: Command, max: usize) -> Result<(), String> {
-    let r = match cmd {
-        Command::Add(obj, prompt) => {
-            if !state.objects.contains(&obj) && state.objects.len() >= max {
-                return Err(format!(
-                    "max-objects ({max}) reached: the prompt for object {obj} is refused"
-                ));
-            }
-            let r = state.pipeline.add_prompt(obj, prompt);
-            if r.is_ok() {
-                state.objects.insert(obj);
-            }
-            r
-        }
-        Command::Remove(obj) => {
-            state.objects.remove(&obj);
-            state.pipeline.remove_object(obj)
-        }
-        Command::Reset => {
-            state.objects.clear();
-            state.pipeline.reset()
-        }
-    };
-    r.map_err(|e| e.to_string())
-}
-
-fn clock_time(d: Duration) -> gst::ClockTime {
-    gst::ClockTime::from_nseconds(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl EdgeTamTrack {
@@ -211,36 +147,45 @@ impl EdgeTamTrack {
 
     fn load(&self, settings: &Settings) -> Result<State, StartError> {
         let path = settings.model.clone().ok_or(StartError::NoModel)?;
+        let path = std::path::PathBuf::from(path);
         if !path.exists() {
-            return Err(StartError::MissingModel { path });
+            return Err(StartError::MissingModel {
+                path: path.display().to_string(),
+            });
         }
         let device = parse_device(&settings.device).map_err(StartError::Device)?;
-        let precision: edgetam_tracker::Precision =
-            settings.precision.parse().map_err(StartError::Precision)?;
-        let specs = PromptSpec::parse_list(settings.prompts.as_deref().unwrap_or(""))?;
-        let mut scheduled = Vec::new();
-        for spec in &specs {
-            scheduled.push((spec.frame as u64, spec.obj, spec_prompt(spec)?));
+        let scheduled = prompts::schedule(settings.prompts.as_deref().unwrap_or(""))?;
+        if settings.prompt_source == PromptSource::Analytics && !cfg!(feature = "v1_24") {
+            return Err(StartError::NoAnalytics);
         }
+        let precision = settings.precision;
+        let key = ModelKey::new(&path, &settings.device, precision);
         let t = Instant::now();
-        let mut model = EdgeTam::load(&path, &device).map_err(|source| StartError::Model {
-            path: path.clone(),
-            source,
+        let (model, shared) = shared_model::get_or_load(key, || {
+            let mut model = EdgeTam::load(&path, &device).map_err(|source| StartError::Model {
+                path: path.display().to_string(),
+                source,
+            })?;
+            if model.set_precision(precision.into()) != precision.into() {
+                return Err(StartError::Precision(format!(
+                    "{} is not available here (the bf16 mode needs a CPU with AVX512-BF16)",
+                    edgetam_tracker::Precision::from(precision)
+                )));
+            }
+            Ok(model)
         })?;
-        if model.set_precision(precision) != precision {
-            return Err(StartError::Precision(format!(
-                "{precision} is not available here (the bf16 mode needs a CPU with AVX512-BF16)"
-            )));
-        }
         gst::info!(
             CAT,
             imp = self,
-            "loaded {} in {:.2} s",
+            "{} {} in {:.2} s",
+            if shared { "shares" } else { "loaded" },
             path.display(),
             t.elapsed().as_secs_f64()
         );
-        let pipeline = Pipeline::builder(Arc::new(model))
-            .queue_capacity(1)
+        let max_in_flight = settings.in_flight();
+        let pipeline = Pipeline::builder(model)
+            // Room for the buffers in flight and for those a flush left behind.
+            .queue_capacity(2 * max_in_flight)
             .encoder_ahead(settings.encoder_ahead)
             .build()
             .map_err(StartError::Pipeline)?;
@@ -249,18 +194,26 @@ impl EdgeTamTrack {
             info: None,
             buffers: 0,
             scheduled,
-            objects: BTreeSet::new(),
+            objects: Objects::default(),
+            pending: VecDeque::new(),
+            ready: HashMap::new(),
+            in_flight: 0,
+            max_in_flight,
+            discard: HashSet::new(),
+            last: None,
+            draining: false,
+            in_transit: 0,
         })
     }
 
     /// Queues a command (or keeps it for `start`); false when refused.
-    fn command(&self, cmd: Command) -> bool {
+    pub(super) fn command(&self, cmd: Command) -> bool {
         let max = lock(&self.settings).max_objects as usize;
         let mut guard = lock(&self.state);
         let Some(state) = guard.as_mut() else {
             let mut early = lock(&self.early);
             if let Command::Add(obj, _) = &cmd {
-                let mut known = BTreeSet::new();
+                let mut known = std::collections::BTreeSet::new();
                 for c in early.iter() {
                     match c {
                         Command::Add(o, _) => {
@@ -273,6 +226,8 @@ impl EdgeTamTrack {
                     }
                 }
                 if !known.contains(obj) && known.len() >= max {
+                    drop(early);
+                    drop(guard);
                     gst::warning!(
                         CAT,
                         imp = self,
@@ -284,13 +239,12 @@ impl EdgeTamTrack {
             early.push(cmd);
             return true;
         };
-        let r = apply(state, cmd, max);
+        let r = state.objects.apply(&state.pipeline, cmd, max);
         drop(guard);
         self.warn_refused(r)
     }
 
-    /// Posts the warning of a refused command (never while holding the state lock: a
-    /// synchronous bus handler may call back into the element).
+    /// Posts the warning of a refused command (never while holding the state lock).
     fn warn_refused(&self, r: Result<(), String>) -> bool {
         match r {
             Ok(()) => true,
@@ -301,11 +255,8 @@ impl EdgeTamTrack {
         }
     }
 
-    fn add_spec(&self, spec: &str) -> bool {
-        let parsed = PromptSpec::parse(spec)
-            .map_err(StartError::from)
-            .and_then(|s| spec_prompt(&s).map(|p| (s.obj, p)));
-        match parsed {
+    pub(super) fn add_spec(&self, spec: &str) -> bool {
+        match prompts::parse_spec(spec) {
             Ok((obj, prompt)) => self.command(Command::Add(obj, prompt)),
             Err(e) => {
                 gst::element_imp_warning!(
@@ -318,7 +269,7 @@ impl EdgeTamTrack {
         }
     }
 
-    fn add_points(&self, obj: u32, points: &str) -> bool {
+    pub(super) fn add_points(&self, obj: u32, points: &str) -> bool {
         let parsed: Result<Vec<_>, String> = points
             .split(';')
             .map(str::trim)
@@ -375,42 +326,6 @@ impl EdgeTamTrack {
         true
     }
 
-    /// Whether, in live mode, this buffer is too late to be worth tracking.
-    fn is_late(&self, buf: &gst::BufferRef, info: &gst_video::VideoInfo) -> bool {
-        let obj = self.obj();
-        let Some(rt) = self.running_time(buf) else {
-            return false;
-        };
-        let duration = buf.duration().or_else(|| {
-            let fps = info.fps();
-            (fps.numer() > 0).then(|| {
-                gst::ClockTime::SECOND
-                    .mul_div_floor(fps.denom() as u64, fps.numer() as u64)
-                    .unwrap_or(gst::ClockTime::ZERO)
-            })
-        });
-        let earliest = lock(&self.qos).earliest;
-        if let Some(earliest) = earliest {
-            let ours = lock(&self.stats).latency;
-            if rt + ours < earliest {
-                gst::debug!(CAT, imp = self, "late by QoS: {rt} before {earliest}");
-                return true;
-            }
-        }
-        let (Some(clock), Some(base), Some(duration)) = (obj.clock(), obj.base_time(), duration)
-        else {
-            return false;
-        };
-        let now = clock.time().checked_sub(base);
-        match now {
-            Some(now) if now > rt + duration => {
-                gst::debug!(CAT, imp = self, "late: {rt} arrives at {now}");
-                true
-            }
-            _ => false,
-        }
-    }
-
     fn running_time(&self, buf: &gst::BufferRef) -> Option<gst::ClockTime> {
         let pts = buf.pts()?;
         let segment = self.obj().segment();
@@ -419,165 +334,424 @@ impl EdgeTamTrack {
             .and_then(|s| s.to_running_time(pts))
     }
 
-    /// Records one tracked buffer's processing time; posts a LATENCY message when the
-    /// reported latency must grow (or first becomes known).
-    fn record(&self, elapsed: Duration) {
-        let post = {
-            let mut st = lock(&self.stats);
-            st.times.push_back(elapsed);
-            while st.times.len() > FPS_WINDOW {
-                st.times.pop_front();
+    /// A buffer's duration, or the caps' frame duration.
+    fn frame_duration(buf: &gst::BufferRef, info: &gst_video::VideoInfo) -> gst::ClockTime {
+        buf.duration()
+            .or_else(|| {
+                let fps = info.fps();
+                (fps.numer() > 0).then(|| {
+                    gst::ClockTime::SECOND
+                        .mul_div_floor(fps.denom() as u64, fps.numer() as u64)
+                        .unwrap_or(gst::ClockTime::ZERO)
+                })
+            })
+            .unwrap_or(gst::ClockTime::ZERO)
+    }
+
+    /// Live mode: whether to track this buffer now (the tracker is free and can have the result
+    /// out within the latency budget, and downstream QoS does not report it late).
+    fn live_decision(&self, state: &State, running_time: Option<gst::ClockTime>) -> bool {
+        // Busy: buffers in the tracker whose results are not in (a result waiting for the
+        // output thread to push the buffers before it frees the tracker already).
+        let busy = state
+            .pending
+            .iter()
+            .filter(|p| p.id.is_some_and(|id| !state.ready.contains_key(&id)))
+            .count();
+        if busy >= state.max_in_flight {
+            gst::log!(CAT, imp = self, "tracker busy: buffer passes untracked");
+            return false;
+        }
+        let Some(rt) = running_time else {
+            return true;
+        };
+        let (ours, processing) = {
+            let st = lock(&self.stats);
+            (st.latency, st.processing_estimate())
+        };
+        if lock(&self.qos).late(rt, ours) {
+            gst::debug!(CAT, imp = self, "late by QoS: {rt}");
+            return false;
+        }
+        let obj = self.obj();
+        let (Some(clock), Some(base)) = (obj.clock(), obj.base_time()) else {
+            return true;
+        };
+        let Some(now) = clock.time().checked_sub(base) else {
+            return true;
+        };
+        let check = LiveCheck {
+            running_time: rt,
+            now,
+            upstream: *lock(&self.upstream),
+            ours,
+            processing,
+        };
+        let ok = check.in_time();
+        if !ok {
+            gst::debug!(CAT, imp = self, "cannot be in time: {check:?}");
+        }
+        ok
+    }
+
+    /// Takes every result that is ready, without waiting.
+    fn collect_ready(&self, state: &mut State) -> Result<(), gst::FlowError> {
+        loop {
+            match state.pipeline.try_recv() {
+                Ok(Some(out)) => self.keep(state, out),
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.pipeline_error(e)),
             }
-            let recent = st
-                .times
-                .iter()
-                .rev()
-                .take(LATENCY_WINDOW)
-                .max()
-                .copied()
-                .unwrap_or_default();
-            let recent = clock_time(recent);
-            let old = st.latency;
-            if old.is_zero() || recent > old + old / 5 || recent < old / 2 {
-                st.latency = recent;
-                true
-            } else {
-                false
+        }
+    }
+
+    fn keep(&self, state: &mut State, out: FrameOutput) {
+        if !state.discard.remove(&out.id) {
+            state.ready.insert(out.id, out);
+        }
+    }
+
+    fn pipeline_error(&self, e: edgetam_pipeline::Error) -> gst::FlowError {
+        gst::element_imp_error!(self, gst::StreamError::Failed, ("tracking pipeline: {e}"));
+        gst::FlowError::Error
+    }
+
+    /// Waits for the next result; `None` when the element is flushing.
+    fn wait_result(&self, pipeline: &Pipeline) -> Result<Option<FrameOutput>, gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            match pipeline.recv_timeout(WAIT_STEP) {
+                Ok(out) => return Ok(Some(out)),
+                Err(edgetam_pipeline::Error::Timeout(_)) => continue,
+                Err(e) => return Err(self.pipeline_error(e)),
+            }
+        }
+    }
+
+    /// The next buffer to leave, if it may leave now (`wait`: wait for its result when it is
+    /// tracked).
+    fn next_output(
+        &self,
+        wait_always: bool,
+        transit: bool,
+    ) -> Result<Option<gst::Buffer>, gst::FlowError> {
+        let settings = self.settings();
+        loop {
+            let mut guard = lock(&self.state);
+            let Some(state) = guard.as_mut() else {
+                return Ok(None);
+            };
+            self.collect_ready(state)?;
+            let Some(front) = state.pending.front() else {
+                return Ok(None);
+            };
+            let ready = match front.id {
+                None => true,
+                Some(id) => state.ready.contains_key(&id),
+            };
+            if !ready {
+                let wait = wait_always
+                    || state.draining
+                    || (!settings.live_mode && state.in_flight >= state.max_in_flight);
+                if !wait {
+                    return Ok(None);
+                }
+                let pipeline = state.pipeline.clone();
+                drop(guard);
+                match self.wait_result(&pipeline)? {
+                    Some(out) => {
+                        if let Some(state) = lock(&self.state).as_mut() {
+                            self.keep(state, out);
+                        }
+                        continue;
+                    }
+                    None => return Err(gst::FlowError::Flushing),
+                }
+            }
+            let Some(p) = state.pending.pop_front() else {
+                return Ok(None);
+            };
+            if transit {
+                state.in_transit += 1;
+            }
+            self.changed.notify_all();
+            let mut posts = Vec::new();
+            let buf = self.finish(state, p, &settings, &mut posts);
+            drop(guard);
+            self.post(posts);
+            return Ok(Some(buf));
+        }
+    }
+
+    /// Results, metas, overlay and message of a leaving buffer.
+    fn finish(
+        &self,
+        state: &mut State,
+        p: Pending,
+        settings: &Settings,
+        posts: &mut Vec<Post>,
+    ) -> gst::Buffer {
+        let mut buf = p.buf;
+        let out = p.id.and_then(|id| state.ready.remove(&id));
+        if p.id.is_some() {
+            state.in_flight = state.in_flight.saturating_sub(1);
+        }
+        let Some(info) = state.info.clone() else {
+            return buf;
+        };
+        let fresh = match out {
+            None => false,
+            Some(out) => {
+                for e in &out.command_errors {
+                    posts.push(Post::Warning(format!(
+                        "prompt refused on buffer {}: {e}",
+                        p.index
+                    )));
+                }
+                match out.outcome {
+                    Outcome::Tracked(r) => {
+                        state.objects.observe(&r);
+                        state.last = Some(LastObjects::new(&r));
+                        let margin = if settings.live_mode {
+                            Self::frame_duration(&buf, &info)
+                        } else {
+                            gst::ClockTime::ZERO
+                        };
+                        let processing = out.timings.end_to_end;
+                        if lock(&self.stats).record(processing, margin) {
+                            posts.push(Post::Latency);
+                        }
+                        if settings.post_messages {
+                            posts.push(Post::Message(output::message(
+                                self.obj().upcast_ref(),
+                                p.running_time,
+                                buf.pts(),
+                                p.index,
+                                &r,
+                                processing,
+                                &state.objects.labels,
+                                &p.decisions,
+                            )));
+                        }
+                        true
+                    }
+                    Outcome::Failed(e) => {
+                        posts.push(Post::Warning(format!(
+                            "buffer {} not tracked: {e}",
+                            p.index
+                        )));
+                        return buf;
+                    }
+                    Outcome::Dropped => return buf,
+                }
             }
         };
-        if post {
-            gst::debug!(
-                CAT,
-                imp = self,
-                "processing latency now {}",
-                lock(&self.stats).latency
-            );
-            let _ = self
-                .obj()
-                .post_message(gst::message::Latency::builder().src(&*self.obj()).build());
-        }
-    }
-
-    fn fps(&self) -> f64 {
-        let st = lock(&self.stats);
-        let total: f64 = st.times.iter().map(Duration::as_secs_f64).sum();
-        if total > 0.0 {
-            st.times.len() as f64 / total
-        } else {
-            0.0
-        }
-    }
-
-    fn attach(&self, buf: &mut gst::BufferRef, r: &FrameResult) {
-        for o in &r.objects {
-            let Some([x0, y0, x1, y1]) = o.bbox else {
-                continue;
-            };
-            if !o.visible {
-                continue;
+        let Some(last) = &state.last else {
+            return buf;
+        };
+        let style = overlay::Style {
+            mask: settings.overlay.contains(Overlay::MASK),
+            contour: settings.overlay.contains(Overlay::CONTOUR),
+            boxes: settings.overlay.contains(Overlay::BOX),
+            alpha: settings.overlay_alpha as f32,
+        };
+        // A shallow copy when upstream still holds the buffer: the pixel memory is shared
+        // (and copied only if the overlay maps it for writing).
+        let b = buf.make_mut();
+        if !style.is_empty() && !last.objects.is_empty() {
+            match gst_video::VideoFrameRef::from_buffer_ref_writable(&mut *b, &info) {
+                Ok(mut vf) => overlay::draw(&mut vf, &last.objects, style),
+                Err(e) => gst::warning!(CAT, imp = self, "cannot map the buffer for drawing: {e}"),
             }
-            let rect = (
-                x0 as u32,
-                y0 as u32,
-                (x1 - x0 + 1) as u32,
-                (y1 - y0 + 1) as u32,
-            );
-            let mask = gst::Buffer::from_slice(o.mask.data.clone());
-            let param = gst::Structure::builder(results::PARAM_NAME)
-                .field("id", o.id)
-                .field("score", o.score)
-                .field("visible", o.visible)
-                .field("area", o.area as u64)
-                .field("mask", mask)
-                .field("mask-width", o.mask.width as u32)
-                .field("mask-height", o.mask.height as u32)
-                .field("frame", r.frame_index)
-                .build();
-            let mut meta = gst_video::VideoRegionOfInterestMeta::add(buf, results::ROI_TYPE, rect);
-            meta.set_id(i32::try_from(o.id).unwrap_or(i32::MAX));
-            meta.add_param(param);
         }
-        #[cfg(feature = "v1_24")]
-        analytics::add(buf, &r.objects);
+        output::attach(b, last, !fresh, &state.objects.labels);
+        buf
     }
 
-    fn message(
-        &self,
-        buf: &gst::BufferRef,
-        index: u64,
-        r: &FrameResult,
-        elapsed: Duration,
-    ) -> gst::Message {
-        let objects: Vec<glib::SendValue> = r
-            .objects
-            .iter()
-            .map(|o| {
-                let [x0, y0, x1, y1] = o.bbox.unwrap_or_default();
-                let (w, h) = match o.bbox {
-                    Some(_) => ((x1 - x0 + 1) as u32, (y1 - y0 + 1) as u32),
-                    None => (0, 0),
-                };
-                gst::Structure::builder(results::OBJECT_NAME)
-                    .field("id", o.id)
-                    .field("score", o.score)
-                    .field("visible", o.visible)
-                    .field("area", o.area as u64)
-                    .field("x", x0 as u32)
-                    .field("y", y0 as u32)
-                    .field("width", w)
-                    .field("height", h)
-                    .build()
-                    .to_send_value()
-            })
-            .collect();
-        let none = u64::MAX;
-        let s = gst::Structure::builder(results::MESSAGE_NAME)
-            .field(
-                "running-time",
-                self.running_time(buf).map_or(none, |t| t.nseconds()),
-            )
-            .field("pts", buf.pts().map_or(none, |t| t.nseconds()))
-            .field("frame", index)
-            .field("tracker-frame", r.frame_index)
-            .field("processing-time", clock_time(elapsed).nseconds())
-            .field("objects", gst::Array::from_values(objects))
-            .build();
-        gst::message::Element::builder(s).src(&*self.obj()).build()
+    fn post(&self, posts: Vec<Post>) {
+        for p in posts {
+            match p {
+                Post::Message(m) => {
+                    let _ = self.obj().post_message(m);
+                }
+                Post::Warning(w) => {
+                    gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{w}"))
+                }
+                Post::Latency => {
+                    gst::debug!(CAT, imp = self, "latency now {}", lock(&self.stats).latency);
+                    let _ = self
+                        .obj()
+                        .post_message(gst::message::Latency::builder().src(&*self.obj()).build());
+                }
+            }
+        }
+    }
+
+    /// Pushes every pending buffer downstream, waiting for the tracked ones (before EOS and
+    /// other serialized events, which must not overtake them). In live mode the output thread
+    /// pushes them; this waits until it has.
+    fn drain(&self) {
+        if lock(&self.output).is_some() {
+            let mut guard = lock(&self.state);
+            while guard
+                .as_ref()
+                .is_some_and(|s| !s.pending.is_empty() || s.in_transit > 0)
+                && !self.flushing.load(Ordering::SeqCst)
+            {
+                guard = self
+                    .changed
+                    .wait_timeout(guard, WAIT_STEP)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+            return;
+        }
+        if let Some(state) = lock(&self.state).as_mut() {
+            if state.pending.is_empty() {
+                return;
+            }
+            state.draining = true;
+        }
+        let src = self.obj().static_pad("src");
+        loop {
+            match self.next_output(true, false) {
+                Ok(Some(buf)) => {
+                    if let Some(pad) = &src {
+                        if let Err(e) = pad.push(buf) {
+                            gst::debug!(CAT, imp = self, "drain: downstream returned {e:?}");
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    gst::debug!(CAT, imp = self, "drain stopped: {e:?}");
+                    break;
+                }
+            }
+        }
+        if let Some(state) = lock(&self.state).as_mut() {
+            state.draining = false;
+        }
+    }
+
+    /// The live output thread: pushes pending buffers in order as soon as they may leave.
+    fn start_output_thread(&self) -> Result<(), gst::ErrorMessage> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = self.obj().downgrade();
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("edgetam-output".into())
+            .spawn(move || output_loop(&weak, &flag))
+            .map_err(|e| {
+                gst::error_msg!(
+                    gst::CoreError::Thread,
+                    ("cannot start the output thread: {e}")
+                )
+            })?;
+        *lock(&self.output) = Some(OutputThread { stop, handle });
+        Ok(())
+    }
+
+    fn stop_output_thread(&self) {
+        let Some(t) = lock(&self.output).take() else {
+            return;
+        };
+        t.stop.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+        if t.handle.join().is_err() {
+            gst::warning!(CAT, imp = self, "the output thread panicked");
+        }
+    }
+
+    /// One round of the output thread; false when it should stop.
+    fn output_round(&self, stop: &AtomicBool) -> bool {
+        match self.next_output(true, true) {
+            Ok(Some(buf)) => {
+                let r = self
+                    .obj()
+                    .static_pad("src")
+                    .map(|pad| pad.push(buf))
+                    .unwrap_or(Err(gst::FlowError::Error));
+                if let Some(state) = lock(&self.state).as_mut() {
+                    state.in_transit = state.in_transit.saturating_sub(1);
+                }
+                self.changed.notify_all();
+                match r {
+                    Ok(_) | Err(gst::FlowError::Flushing) => true,
+                    Err(gst::FlowError::Eos) => true,
+                    Err(e) => {
+                        gst::element_imp_error!(
+                            self,
+                            gst::StreamError::Failed,
+                            ("downstream refused a buffer: {e:?}")
+                        );
+                        false
+                    }
+                }
+            }
+            Ok(None) => {
+                let guard = lock(&self.state);
+                if !stop.load(Ordering::SeqCst) {
+                    let _ = self.changed.wait_timeout(guard, Duration::from_millis(100));
+                }
+                true
+            }
+            Err(gst::FlowError::Flushing) => {
+                std::thread::sleep(WAIT_STEP);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A flush: pending buffers are discarded, their results dropped when they come.
+    fn discard_pending(&self) {
+        if let Some(state) = lock(&self.state).as_mut() {
+            for p in state.pending.drain(..) {
+                if let Some(id) = p.id {
+                    state.discard.insert(id);
+                }
+            }
+            for id in std::mem::take(&mut state.ready).into_keys() {
+                // Taken already: nothing to drop later.
+                state.discard.remove(&id);
+            }
+            state.in_flight = 0;
+        }
+    }
+
+    fn rules(settings: &Settings) -> Rules {
+        Rules {
+            match_iou: settings.match_iou as f32,
+            reseed_after: settings.reseed_after,
+            max_objects: settings.max_objects as usize,
+        }
+    }
+
+    fn detections(settings: &Settings, buf: &gst::BufferRef) -> Vec<super::detector::Detection> {
+        let types = super::detector::parse_types(&settings.prompt_roi_types);
+        match settings.prompt_source {
+            PromptSource::Property => Vec::new(),
+            PromptSource::RoiMeta => prompts::roi_detections(buf, &types, settings.min_confidence),
+            #[cfg(feature = "v1_24")]
+            PromptSource::Analytics => {
+                prompts::analytics_detections(buf, &types, settings.min_confidence)
+            }
+            #[cfg(not(feature = "v1_24"))]
+            PromptSource::Analytics => Vec::new(),
+        }
     }
 }
 
-#[cfg(feature = "v1_24")]
-mod analytics {
-    //! Analytics relation meta (GStreamer >= 1.24): per visible object one object-detection
-    //! Mtd (type `edgetam`, the box, confidence = sigmoid of the object score) and one
-    //! tracking Mtd (tracking id = object id; first-seen is not tracked: 0), related to each
-    //! other with `RELATE_TO`.
-    use gst_analytics::prelude::*;
-    use gst_analytics::{AnalyticsRelationMeta, RelTypes};
-
-    pub(super) fn add(buf: &mut gst::BufferRef, objects: &[edgetam_tracker::ObjectResult]) {
-        let visible: Vec<_> = objects
-            .iter()
-            .filter(|o| o.visible)
-            .filter_map(|o| Some((o, o.bbox?)))
-            .collect();
-        if visible.is_empty() {
+fn output_loop(weak: &glib::WeakRef<super::EdgeTamTrack>, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let Some(el) = weak.upgrade() else {
             return;
-        }
-        let mut meta = AnalyticsRelationMeta::add(buf);
-        let quark = gst::glib::Quark::from_str(crate::results::ROI_TYPE);
-        for (o, [x0, y0, x1, y1]) in visible {
-            let conf = 1.0 / (1.0 + (-o.score).exp());
-            let (w, h) = ((x1 - x0 + 1) as i32, (y1 - y0 + 1) as i32);
-            let od = match meta.add_od_mtd(quark, x0 as i32, y0 as i32, w, h, conf) {
-                Ok(m) => m.id(),
-                Err(_) => continue,
-            };
-            let trk = match meta.add_tracking_mtd(u64::from(o.id), gst::ClockTime::ZERO) {
-                Ok(m) => m.id(),
-                Err(_) => continue,
-            };
-            let _ = meta.set_relation(RelTypes::RELATE_TO, od, trk);
+        };
+        if !el.imp().output_round(stop) {
+            return;
         }
     }
 }
@@ -597,255 +771,140 @@ fn this(args: &[glib::Value]) -> Option<super::EdgeTamTrack> {
 impl ObjectImpl for EdgeTamTrack {
     fn constructed(&self) {
         self.parent_constructed();
-        // `GstVideoFilter` turns QoS on; dropping buffers is opt-in here (`qos` or `live-mode`).
+        // `GstVideoFilter` turns QoS on; dropping buffers is opt-in here (`qos`, `live-mode`).
         self.obj().set_qos(false);
     }
 
     fn properties() -> &'static [glib::ParamSpec] {
-        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
-                glib::ParamSpecString::builder("model")
-                    .nick("Model")
-                    .blurb("EdgeTAM model: a folder with config.json + model.safetensors, or an edgetam.pt (loaded when the element starts)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("device")
-                    .nick("Device")
-                    .blurb("Compute device: cpu or cuda:N")
-                    .default_value(Some(DEFAULT_DEVICE))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("prompts")
-                    .nick("Prompts")
-                    .blurb("Initial objects, as the CLI's --prompt, several separated by |: obj=1;frame=0;box=x0,y0,x1,y1 | obj=2;point=x,y,1;point=x,y,0 | obj=3;frame=5;mask=PATH (frame = buffer index since start)")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("encoder-ahead")
-                    .nick("Encoder ahead")
-                    .blurb("Run the image encoder on its own thread (one buffer in flight: no overlap between frames; identical results)")
-                    .default_value(DEFAULT_ENCODER_AHEAD)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecString::builder("precision")
-                    .nick("Precision")
-                    .blurb("f32 (exact) or bf16 (fast mode: the heaviest products in bf16 with f32 accumulation, masks within IoU 0.99 of f32; CPUs with AVX512-BF16)")
-                    .default_value(Some(DEFAULT_PRECISION))
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecFlags::builder::<Overlay>("overlay")
-                    .nick("Overlay")
-                    .blurb("What to draw into the frames: none, or mask, contour and box combined with +")
-                    .default_value(Overlay::empty())
-                    .mutable_playing()
-                    .build(),
-                glib::ParamSpecDouble::builder("overlay-alpha")
-                    .nick("Overlay alpha")
-                    .blurb("Weight of the object color in the mask tint (0 = invisible, 1 = opaque)")
-                    .minimum(0.0)
-                    .maximum(1.0)
-                    .default_value(DEFAULT_OVERLAY_ALPHA)
-                    .mutable_playing()
-                    .build(),
-                glib::ParamSpecUInt::builder("max-objects")
-                    .nick("Maximum objects")
-                    .blurb("Most objects tracked at once; prompts for further new objects are refused with a warning")
-                    .minimum(1)
-                    .maximum(1024)
-                    .default_value(DEFAULT_MAX_OBJECTS)
-                    .mutable_playing()
-                    .build(),
-                glib::ParamSpecBoolean::builder("live-mode")
-                    .nick("Live mode")
-                    .blurb("Skip tracking buffers that arrive more than one frame late (pipeline clock) or that downstream QoS reports late, instead of adding latency; skipped buffers pass without metas")
-                    .default_value(DEFAULT_LIVE_MODE)
-                    .mutable_playing()
-                    .build(),
-                glib::ParamSpecBoolean::builder("post-messages")
-                    .nick("Post messages")
-                    .blurb("Post an edgetam-tracking element message (running time, objects) for every tracked buffer")
-                    .default_value(DEFAULT_POST_MESSAGES)
-                    .mutable_playing()
-                    .build(),
-                glib::ParamSpecDouble::builder("fps")
-                    .nick("FPS")
-                    .blurb("Frames tracked per second of processing time, over the last 30 tracked buffers")
-                    .minimum(0.0)
-                    .default_value(0.0)
-                    .read_only()
-                    .build(),
-                glib::ParamSpecUInt64::builder("latency")
-                    .nick("Latency")
-                    .blurb("Processing latency in nanoseconds that the element adds in LATENCY queries (longest of the last 16 tracked buffers)")
-                    .default_value(0)
-                    .read_only()
-                    .build(),
-            ]
-        });
+        static PROPERTIES: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(settings::properties);
         PROPERTIES.as_ref()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
-        let mut s = lock(&self.settings);
-        match pspec.name() {
-            "model" => {
-                s.model = value
-                    .get::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .map(PathBuf::from)
-            }
-            "device" => {
-                s.device = value
-                    .get::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| DEFAULT_DEVICE.into())
-            }
-            "prompts" => {
-                let p: Option<String> = value.get().ok().flatten();
-                if let Some(text) = &p {
-                    if let Err(e) = PromptSpec::parse_list(text) {
-                        gst::error!(
-                            CAT,
-                            imp = self,
-                            "bad prompts `{text}`: {e} (the element will not start)"
-                        );
-                    }
+        if pspec.name() == "prompts" {
+            if let Ok(Some(text)) = value.get::<Option<String>>() {
+                if let Err(e) = edgetam_pipeline::PromptSpec::parse_list(&text) {
+                    gst::error!(
+                        CAT,
+                        imp = self,
+                        "bad prompts `{text}`: {e} (the element will not start)"
+                    );
                 }
-                s.prompts = p;
             }
-            "encoder-ahead" => s.encoder_ahead = value.get().unwrap_or(DEFAULT_ENCODER_AHEAD),
-            "precision" => {
-                s.precision = value
-                    .get::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| DEFAULT_PRECISION.into())
-            }
-            "overlay" => s.overlay = value.get().unwrap_or(Overlay::empty()),
-            "overlay-alpha" => s.overlay_alpha = value.get().unwrap_or(DEFAULT_OVERLAY_ALPHA),
-            "max-objects" => s.max_objects = value.get().unwrap_or(DEFAULT_MAX_OBJECTS),
-            "live-mode" => s.live_mode = value.get().unwrap_or(DEFAULT_LIVE_MODE),
-            "post-messages" => s.post_messages = value.get().unwrap_or(DEFAULT_POST_MESSAGES),
-            other => gst::warning!(CAT, imp = self, "no writable property {other}"),
+        }
+        if !lock(&self.settings).set(pspec.name(), value) {
+            gst::warning!(CAT, imp = self, "no writable property {}", pspec.name());
         }
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        match pspec.name() {
-            "fps" => return self.fps().to_value(),
-            "latency" => return lock(&self.stats).latency.nseconds().to_value(),
-            _ => {}
+        {
+            let st = lock(&self.stats);
+            match pspec.name() {
+                "fps" => return st.fps().to_value(),
+                "latency" => return st.latency.nseconds().to_value(),
+                "tracked" => return st.tracked.to_value(),
+                "skipped" => return st.skipped.to_value(),
+                _ => {}
+            }
         }
-        let s = lock(&self.settings);
-        match pspec.name() {
-            "model" => s.model.as_ref().map(|p| p.display().to_string()).to_value(),
-            "device" => s.device.to_value(),
-            "prompts" => s.prompts.to_value(),
-            "encoder-ahead" => s.encoder_ahead.to_value(),
-            "precision" => s.precision.to_value(),
-            "overlay" => s.overlay.to_value(),
-            "overlay-alpha" => s.overlay_alpha.to_value(),
-            "max-objects" => s.max_objects.to_value(),
-            "live-mode" => s.live_mode.to_value(),
-            "post-messages" => s.post_messages.to_value(),
-            _ => pspec.default_value().clone(),
-        }
+        lock(&self.settings)
+            .get(pspec.name())
+            .unwrap_or_else(|| pspec.default_value().clone())
     }
 
     fn signals() -> &'static [glib::subclass::Signal] {
-        use glib::subclass::Signal;
-        static SIGNALS: LazyLock<Vec<Signal>> = LazyLock::new(|| {
-            vec![
-                Signal::builder("add-box")
-                    .param_types([
-                        u32::static_type(),
-                        f64::static_type(),
-                        f64::static_type(),
-                        f64::static_type(),
-                        f64::static_type(),
-                    ])
-                    .return_type::<bool>()
-                    .action()
-                    .class_handler(|args| {
-                        let ok = (|| {
-                            let el = this(args)?;
-                            let obj = args.get(1)?.get::<u32>().ok()?;
-                            let c: Vec<f32> = args[2..]
-                                .iter()
-                                .map(|v| v.get::<f64>().map(|v| v as f32))
-                                .collect::<Result<_, _>>()
-                                .ok()?;
-                            let (x0, y0, x1, y1) = (c[0], c[1], c[2], c[3]);
-                            let prompt = Prompt::from_box(x0, y0, x1, y1);
-                            Some(
-                                el.imp()
-                                    .command(Command::Add(obj, ObjectPrompt::Points(prompt))),
-                            )
-                        })();
-                        Some(ok.unwrap_or(false).to_value())
-                    })
-                    .build(),
-                Signal::builder("add-points")
-                    .param_types([u32::static_type(), String::static_type()])
-                    .return_type::<bool>()
-                    .action()
-                    .class_handler(|args| {
-                        let ok = (|| {
-                            let el = this(args)?;
-                            let obj = args.get(1)?.get::<u32>().ok()?;
-                            let points = args
-                                .get(2)?
-                                .get::<Option<String>>()
-                                .ok()?
-                                .unwrap_or_default();
-                            Some(el.imp().add_points(obj, &points))
-                        })();
-                        Some(ok.unwrap_or(false).to_value())
-                    })
-                    .build(),
-                Signal::builder("add-prompt")
-                    .param_types([String::static_type()])
-                    .return_type::<bool>()
-                    .action()
-                    .class_handler(|args| {
-                        let ok = (|| {
-                            let el = this(args)?;
-                            let spec = args
-                                .get(1)?
-                                .get::<Option<String>>()
-                                .ok()?
-                                .unwrap_or_default();
-                            Some(el.imp().add_spec(&spec))
-                        })();
-                        Some(ok.unwrap_or(false).to_value())
-                    })
-                    .build(),
-                Signal::builder("remove-object")
-                    .param_types([u32::static_type()])
-                    .return_type::<bool>()
-                    .action()
-                    .class_handler(|args| {
-                        let ok = (|| {
-                            let el = this(args)?;
-                            let obj = args.get(1)?.get::<u32>().ok()?;
-                            Some(el.imp().command(Command::Remove(obj)))
-                        })();
-                        Some(ok.unwrap_or(false).to_value())
-                    })
-                    .build(),
-                Signal::builder("reset")
-                    .return_type::<bool>()
-                    .action()
-                    .class_handler(|args| {
-                        let ok = this(args).map(|el| el.imp().command(Command::Reset));
-                        Some(ok.unwrap_or(false).to_value())
-                    })
-                    .build(),
-            ]
-        });
+        static SIGNALS: LazyLock<Vec<glib::subclass::Signal>> = LazyLock::new(signals);
         SIGNALS.as_ref()
     }
+}
+
+fn signals() -> Vec<glib::subclass::Signal> {
+    use glib::subclass::Signal;
+    vec![
+        Signal::builder("add-box")
+            .param_types([
+                u32::static_type(),
+                f64::static_type(),
+                f64::static_type(),
+                f64::static_type(),
+                f64::static_type(),
+            ])
+            .return_type::<bool>()
+            .action()
+            .class_handler(|args| {
+                let ok = (|| {
+                    let el = this(args)?;
+                    let obj = args.get(1)?.get::<u32>().ok()?;
+                    let c: Vec<f32> = (2..6)
+                        .map(|i| args.get(i)?.get::<f64>().ok().map(|v| v as f32))
+                        .collect::<Option<_>>()?;
+                    let prompt = Prompt::from_box(c[0], c[1], c[2], c[3]);
+                    Some(
+                        el.imp()
+                            .command(Command::Add(obj, ObjectPrompt::Points(prompt))),
+                    )
+                })();
+                Some(ok.unwrap_or(false).to_value())
+            })
+            .build(),
+        Signal::builder("add-points")
+            .param_types([u32::static_type(), String::static_type()])
+            .return_type::<bool>()
+            .action()
+            .class_handler(|args| {
+                let ok = (|| {
+                    let el = this(args)?;
+                    let obj = args.get(1)?.get::<u32>().ok()?;
+                    let points = args
+                        .get(2)?
+                        .get::<Option<String>>()
+                        .ok()?
+                        .unwrap_or_default();
+                    Some(el.imp().add_points(obj, &points))
+                })();
+                Some(ok.unwrap_or(false).to_value())
+            })
+            .build(),
+        Signal::builder("add-prompt")
+            .param_types([String::static_type()])
+            .return_type::<bool>()
+            .action()
+            .class_handler(|args| {
+                let ok = (|| {
+                    let el = this(args)?;
+                    let spec = args
+                        .get(1)?
+                        .get::<Option<String>>()
+                        .ok()?
+                        .unwrap_or_default();
+                    Some(el.imp().add_spec(&spec))
+                })();
+                Some(ok.unwrap_or(false).to_value())
+            })
+            .build(),
+        Signal::builder("remove-object")
+            .param_types([u32::static_type()])
+            .return_type::<bool>()
+            .action()
+            .class_handler(|args| {
+                let ok = (|| {
+                    let el = this(args)?;
+                    let obj = args.get(1)?.get::<u32>().ok()?;
+                    Some(el.imp().command(Command::Remove(obj)))
+                })();
+                Some(ok.unwrap_or(false).to_value())
+            })
+            .build(),
+        Signal::builder("reset")
+            .return_type::<bool>()
+            .action()
+            .class_handler(|args| {
+                let ok = this(args).map(|el| el.imp().command(Command::Reset));
+                Some(ok.unwrap_or(false).to_value())
+            })
+            .build(),
+    ]
 }
 
 impl GstObjectImpl for EdgeTamTrack {}
@@ -856,7 +915,7 @@ impl ElementImpl for EdgeTamTrack {
             gst::subclass::ElementMetadata::new(
                 "EdgeTAM object tracker",
                 "Filter/Analyzer/Video",
-                "Tracks prompted objects with EdgeTAM; results as region-of-interest metas with masks, bus messages and optional overlays",
+                "Tracks prompted or detected objects with EdgeTAM; results as region-of-interest metas with masks, bus messages and optional overlays",
                 "edgetam-rs developers",
             )
         });
@@ -885,6 +944,19 @@ impl ElementImpl for EdgeTamTrack {
         });
         TEMPLATES.as_ref()
     }
+
+    fn change_state(
+        &self,
+        transition: gst::StateChange,
+    ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
+        match transition {
+            // A streaming thread waiting for a result must give up before the pads stop.
+            gst::StateChange::PausedToReady => self.flushing.store(true, Ordering::SeqCst),
+            gst::StateChange::ReadyToPaused => self.flushing.store(false, Ordering::SeqCst),
+            _ => {}
+        }
+        self.parent_change_state(transition)
+    }
 }
 
 impl BaseTransformImpl for EdgeTamTrack {
@@ -899,30 +971,39 @@ impl BaseTransformImpl for EdgeTamTrack {
         let settings = self.settings();
         let mut state = self.load(&settings).map_err(|e| {
             let kind = match e {
-                StartError::NoModel | StartError::Device(_) | StartError::Prompts(_) => {
-                    gst::ResourceError::Settings
-                }
+                StartError::NoModel
+                | StartError::Device(_)
+                | StartError::Prompts(_)
+                | StartError::NoAnalytics => gst::ResourceError::Settings,
                 StartError::MissingModel { .. } => gst::ResourceError::NotFound,
                 _ => gst::ResourceError::OpenRead,
             };
             gst::error_msg!(kind, ("{e}"))
         })?;
         let early: Vec<Command> = std::mem::take(&mut *lock(&self.early));
+        let max = settings.max_objects as usize;
         let refused: Vec<_> = early
             .into_iter()
-            .map(|c| apply(&mut state, c, settings.max_objects as usize))
+            .map(|c| state.objects.apply(&state.pipeline, c, max))
             .collect();
         *lock(&self.stats) = Stats::default();
         *lock(&self.qos) = Qos::default();
+        *lock(&self.upstream) = gst::ClockTime::ZERO;
+        self.flushing.store(false, Ordering::SeqCst);
         *lock(&self.state) = Some(state);
         for r in refused {
             self.warn_refused(r);
+        }
+        if settings.live_mode {
+            self.start_output_thread()?;
         }
         gst::info!(CAT, imp = self, "started");
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::SeqCst);
+        self.stop_output_thread();
         // Dropping the pipeline stops and joins its threads.
         let state = lock(&self.state).take();
         drop(state);
@@ -931,18 +1012,25 @@ impl BaseTransformImpl for EdgeTamTrack {
     }
 
     fn sink_event(&self, event: gst::Event) -> bool {
-        if matches!(
-            event.type_(),
-            gst::EventType::CustomDownstream
-                | gst::EventType::CustomDownstreamOob
-                | gst::EventType::CustomBoth
-                | gst::EventType::CustomBothOob
-        ) && self.prompt_event(&event)
-        {
-            return true;
-        }
-        if let gst::EventView::FlushStop(_) = event.view() {
-            *lock(&self.qos) = Qos::default();
+        match event.view() {
+            gst::EventView::CustomDownstream(_)
+            | gst::EventView::CustomDownstreamOob(_)
+            | gst::EventView::CustomBoth(_)
+            | gst::EventView::CustomBothOob(_)
+                if self.prompt_event(&event) =>
+            {
+                return true;
+            }
+            gst::EventView::FlushStart(_) => {
+                self.flushing.store(true, Ordering::SeqCst);
+            }
+            gst::EventView::FlushStop(_) => {
+                self.discard_pending();
+                *lock(&self.qos) = Qos::default();
+                self.flushing.store(false, Ordering::SeqCst);
+            }
+            _ if event.is_serialized() => self.drain(),
+            _ => {}
         }
         self.parent_sink_event(event)
     }
@@ -956,14 +1044,7 @@ impl BaseTransformImpl for EdgeTamTrack {
             }
             gst::EventView::Qos(q) => {
                 let (_type, _proportion, diff, timestamp) = q.get();
-                let earliest = timestamp.map(|ts| {
-                    if diff > 0 {
-                        ts + gst::ClockTime::from_nseconds(diff as u64)
-                    } else {
-                        ts
-                    }
-                });
-                lock(&self.qos).earliest = earliest;
+                lock(&self.qos).update(diff, timestamp);
             }
             _ => {}
         }
@@ -973,13 +1054,13 @@ impl BaseTransformImpl for EdgeTamTrack {
     fn query(&self, direction: gst::PadDirection, query: &mut gst::QueryRef) -> bool {
         if direction == gst::PadDirection::Src {
             if let gst::QueryViewMut::Latency(_) = query.view_mut() {
-                let ok = BaseTransformImplExt::parent_query(self, direction, query);
-                if !ok {
+                if !BaseTransformImplExt::parent_query(self, direction, query) {
                     return false;
                 }
                 if let gst::QueryViewMut::Latency(q) = query.view_mut() {
                     let ours = lock(&self.stats).latency;
                     let (live, min, max) = q.result();
+                    *lock(&self.upstream) = min;
                     q.set(live, min + ours, max.map(|m| m + ours));
                     gst::debug!(CAT, imp = self, "latency: upstream {min}, ours {ours}");
                 }
@@ -989,118 +1070,127 @@ impl BaseTransformImpl for EdgeTamTrack {
         BaseTransformImplExt::parent_query(self, direction, query)
     }
 
-    fn transform_ip(&self, buf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn submit_input_buffer(
+        &self,
+        _is_discont: bool,
+        buf: gst::Buffer,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         let settings = self.settings();
         let mut refused = Vec::new();
-        let (pipeline, info, index) = {
-            let mut guard = lock(&self.state);
-            let Some(state) = guard.as_mut() else {
-                drop(guard);
-                gst::element_imp_error!(self, gst::CoreError::Failed, ("not started"));
-                return Err(gst::FlowError::Error);
-            };
-            let Some(info) = state.info.clone() else {
-                return Err(gst::FlowError::NotNegotiated);
-            };
-            let index = state.buffers;
-            state.buffers += 1;
-            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.scheduled)
-                .into_iter()
-                .partition(|(f, _, _)| *f == index);
-            state.scheduled = later.into_iter().filter(|(f, _, _)| *f > index).collect();
-            for (_, obj, prompt) in due {
-                let max = settings.max_objects as usize;
-                refused.push(apply(state, Command::Add(obj, prompt), max));
-            }
-            (state.pipeline.clone(), info, index)
+        let mut guard = lock(&self.state);
+        let Some(state) = guard.as_mut() else {
+            drop(guard);
+            gst::element_imp_error!(self, gst::CoreError::Failed, ("not started"));
+            return Err(gst::FlowError::Error);
         };
+        let Some(info) = state.info.clone() else {
+            return Err(gst::FlowError::NotNegotiated);
+        };
+        let index = state.buffers;
+        state.buffers += 1;
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.scheduled)
+            .into_iter()
+            .partition(|(f, _, _)| *f == index);
+        state.scheduled = later.into_iter().filter(|(f, _, _)| *f > index).collect();
+        let max = settings.max_objects as usize;
+        for (_, obj, prompt) in due {
+            refused.push(
+                state
+                    .objects
+                    .apply(&state.pipeline, Command::Add(obj, prompt), max),
+            );
+        }
+        // `qos=true` (off by default): buffers downstream reports late are dropped entirely.
+        if self.obj().is_qos() {
+            if let Some(rt) = self.running_time(&buf) {
+                if lock(&self.qos).late(rt, lock(&self.stats).latency) {
+                    drop(guard);
+                    gst::debug!(CAT, imp = self, "buffer {index} dropped (qos)");
+                    return Ok(gst::FlowSuccess::Ok);
+                }
+            }
+        }
+        let running_time = self.running_time(&buf);
+        if settings.live_mode {
+            if let Err(e) = self.collect_ready(state) {
+                drop(guard);
+                return Err(e);
+            }
+        }
+        let track = !settings.live_mode || self.live_decision(state, running_time);
+        if !track {
+            lock(&self.stats).skipped += 1;
+            state.pending.push_back(Pending {
+                buf,
+                index,
+                id: None,
+                running_time,
+                decisions: Vec::new(),
+            });
+            drop(guard);
+            for r in refused {
+                self.warn_refused(r);
+            }
+            return Ok(gst::FlowSuccess::Ok);
+        }
+        let (decisions, detector_refused) = match settings.prompt_source {
+            PromptSource::Property => (Vec::new(), Vec::new()),
+            _ => {
+                let detections = Self::detections(&settings, &buf);
+                let pipeline = state.pipeline.clone();
+                state
+                    .objects
+                    .detections(&pipeline, detections, Self::rules(&settings))
+            }
+        };
+        refused.extend(detector_refused.into_iter().map(Err));
+        let pushed = {
+            let vframe = gst_video::VideoFrameRef::from_buffer_ref_readable(buf.as_ref(), &info)
+                .map_err(|e| format!("cannot map the buffer: {e}"));
+            vframe.and_then(|vframe| {
+                let mut frame = convert::to_frame(&vframe).map_err(|e| e.to_string())?;
+                if let Some(pts) = buf.pts() {
+                    frame = frame.with_timestamp(Duration::from_nanos(pts.nseconds()));
+                }
+                state
+                    .pipeline
+                    .push(frame)
+                    .map_err(|e| format!("tracking pipeline: {e}"))
+            })
+        };
+        let id = match pushed {
+            Ok(id) => id,
+            Err(e) => {
+                drop(guard);
+                gst::element_imp_error!(self, gst::StreamError::Failed, ("{e}"));
+                return Err(gst::FlowError::Error);
+            }
+        };
+        state.in_flight += 1;
+        state.pending.push_back(Pending {
+            buf,
+            index,
+            id: Some(id),
+            running_time,
+            decisions,
+        });
+        drop(guard);
         for r in refused {
             self.warn_refused(r);
         }
-        if settings.live_mode && self.is_late(buf, &info) {
-            lock(&self.stats).skipped += 1;
-            return Ok(gst::FlowSuccess::Ok);
-        }
-        let t = Instant::now();
-        {
-            let vframe =
-                gst_video::VideoFrameRef::from_buffer_ref_readable(&*buf, &info).map_err(|e| {
-                    gst::element_imp_error!(
-                        self,
-                        gst::CoreError::Failed,
-                        ("cannot map the buffer: {e}")
-                    );
-                    gst::FlowError::Error
-                })?;
-            let mut frame = convert::to_frame(&vframe).map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Format, ("{e}"));
-                gst::FlowError::Error
-            })?;
-            if let Some(pts) = buf.pts() {
-                frame = frame.with_timestamp(Duration::from_nanos(pts.nseconds()));
-            }
-            pipeline.push(frame).map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Failed, ("tracking pipeline: {e}"));
-                gst::FlowError::Error
-            })?;
-        }
-        let out = pipeline.recv().map_err(|e| {
-            gst::element_imp_error!(self, gst::StreamError::Failed, ("tracking pipeline: {e}"));
-            gst::FlowError::Error
-        })?;
-        for e in &out.command_errors {
-            gst::element_imp_warning!(
-                self,
-                gst::LibraryError::Settings,
-                ("prompt refused on buffer {index}: {e}")
-            );
-        }
-        let result = match out.outcome {
-            Outcome::Tracked(r) => r,
-            Outcome::Failed(e) => {
-                gst::element_imp_warning!(
-                    self,
-                    gst::StreamError::Failed,
-                    ("buffer {index} not tracked: {e}")
-                );
-                return Ok(gst::FlowSuccess::Ok);
-            }
-            Outcome::Dropped => return Ok(gst::FlowSuccess::Ok),
-        };
-        {
-            // Keep the element's object set in step with the tracker's (it may drop objects).
-            let mut guard = lock(&self.state);
-            if let Some(state) = guard.as_mut() {
-                state.objects = result.objects.iter().map(|o| o.id).collect();
-            }
-        }
-        let style = overlay::Style {
-            mask: settings.overlay.contains(Overlay::MASK),
-            contour: settings.overlay.contains(Overlay::CONTOUR),
-            boxes: settings.overlay.contains(Overlay::BOX),
-            alpha: settings.overlay_alpha as f32,
-        };
-        if !style.is_empty() && !result.objects.is_empty() {
-            match gst_video::VideoFrameRef::from_buffer_ref_writable(&mut *buf, &info) {
-                Ok(mut vf) => overlay::draw(&mut vf, &result.objects, style),
-                Err(e) => gst::warning!(CAT, imp = self, "cannot map the buffer for drawing: {e}"),
-            }
-        }
-        self.attach(buf, &result);
-        let elapsed = t.elapsed();
-        if settings.post_messages {
-            let msg = self.message(buf, index, &result, elapsed);
-            let _ = self.obj().post_message(msg);
-        }
-        self.record(elapsed);
-        gst::trace!(
-            CAT,
-            imp = self,
-            "buffer {index}: {} objects in {:?}",
-            result.objects.len(),
-            elapsed
-        );
         Ok(gst::FlowSuccess::Ok)
+    }
+
+    fn generate_output(&self) -> Result<GenerateOutputSuccess, gst::FlowError> {
+        if lock(&self.output).is_some() {
+            // Live mode: the output thread pushes.
+            self.changed.notify_all();
+            return Ok(GenerateOutputSuccess::NoOutput);
+        }
+        Ok(match self.next_output(false, false)? {
+            Some(buf) => GenerateOutputSuccess::Buffer(buf),
+            None => GenerateOutputSuccess::NoOutput,
+        })
     }
 }
 
@@ -1127,29 +1217,29 @@ impl VideoFilterImpl for EdgeTamTrack {
                 "caps set before the element started"
             ));
         };
+        let mut warning = None;
         if let Some(old) = &state.info {
             if (old.width(), old.height()) != (in_info.width(), in_info.height()) {
-                let msg = format!(
+                warning = Some(format!(
                     "resolution changed from {}x{} to {}x{}: tracking reset (every object forgotten)",
                     old.width(),
                     old.height(),
                     in_info.width(),
                     in_info.height()
-                );
+                ));
                 state.objects.clear();
                 state.scheduled.clear();
+                state.last = None;
                 if let Err(e) = state.pipeline.reset() {
                     gst::warning!(CAT, imp = self, "reset failed: {e}");
                 }
-                drop(guard);
-                gst::element_imp_warning!(self, gst::StreamError::Format, ("{msg}"));
-                guard = lock(&self.state);
             }
         }
-        if let Some(state) = guard.as_mut() {
-            state.info = Some(in_info.clone());
-        }
+        state.info = Some(in_info.clone());
         drop(guard);
+        if let Some(msg) = warning {
+            gst::element_imp_warning!(self, gst::StreamError::Format, ("{msg}"));
+        }
         gst::debug!(CAT, imp = self, "caps {incaps} -> {outcaps}");
         self.parent_set_info(incaps, in_info, outcaps, out_info)
     }

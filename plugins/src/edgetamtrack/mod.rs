@@ -1,5 +1,5 @@
-//! The `edgetamtrack` element: a `GstVideoFilter` (in-place `GstBaseTransform`) that tracks
-//! objects with EdgeTAM on every buffer.
+//! The `edgetamtrack` element: a `GstVideoFilter` that tracks objects with EdgeTAM on every
+//! buffer it can and attaches the results to it.
 //!
 //! # Properties
 //!
@@ -7,46 +7,50 @@
 //! |---|---|---|---|
 //! | `model` | string | none (required) | a folder with `config.json` + `model.safetensors`, or an `edgetam.pt` |
 //! | `device` | string | `cpu` | `cpu` or `cuda:N` (CUDA needs a CUDA build) |
+//! | `precision` | enum `f32` / `bf16` | `f32` | the bf16 fast mode needs a CPU with AVX512-BF16 |
 //! | `prompts` | string | none | initial objects in the CLI's syntax, several joined by `\|`: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;point=x,y,1;point=x,y,0`, `obj=3;frame=10;mask=PATH`; `frame=` counts buffers since the element started |
-//! | `encoder-ahead` | bool | false | run the image encoder on its own thread (see below) |
+//! | `prompt-source` | enum `property` / `roi-meta` / `analytics` | `property` | objects also from upstream detections (see [`detector`]) |
+//! | `prompt-roi-types` | string | empty (all) | comma-separated detection classes that prompt objects |
+//! | `min-confidence` | double 0..1 | 0 | detections with a lower confidence (where their meta has one) are ignored |
+//! | `match-iou` | double 0..1 | 0.3 | a detection overlapping an object's box this much belongs to it |
+//! | `reseed-after` | uint | 5 | tracked buffers an object must be absent before a detection re-prompts it (0 = never) |
+//! | `encoder-ahead` | bool | false | the image encoder of the next buffer on its own thread |
+//! | `max-in-flight` | uint 0..8 | 0 | buffers in the tracking pipeline at once (0: 2 with encoder-ahead, 1 without) |
 //! | `overlay` | flags `none`/`mask`/`contour`/`box` (combine with `+`) | `none` | what to draw into the frames |
 //! | `overlay-alpha` | double 0..1 | 0.5 | weight of the object color in the mask tint |
-//! | `max-objects` | uint 1..1024 | 16 | prompts for further new objects are refused (warning) |
-//! | `live-mode` | bool | false | skip tracking late buffers instead of adding latency (see below) |
+//! | `max-objects` | uint 1..1024 | 16 | prompts and detections for further new objects are refused |
+//! | `live-mode` | bool | false | for live sources (see below) |
 //! | `post-messages` | bool | false | post an `edgetam-tracking` element message per tracked buffer |
-//! | `fps` | double, read-only | 0 | frames the element tracks per second of processing (last 30) |
-//! | `latency` | uint64 ns, read-only | 0 | the processing latency the element reports in LATENCY queries |
-//!
-//! The inherited `qos` property (`GstBaseTransform`; off by default here) also works: with
-//! it, buffers that downstream QoS reports as too late are dropped entirely before tracking (the
-//! standard video-filter behaviour), whereas `live-mode` keeps every buffer and only skips the
-//! tracking.
+//! | `fps`, `latency`, `tracked`, `skipped` | read-only | | tracked buffers per second of processing (last 30), the latency the element reports (ns), buffers tracked and passed untracked |
 //!
 //! # Processing model
 //!
-//! * The model loads in the READY→PAUSED change (`start`); a missing or bad model, a bad
+//! * The model loads in the READY->PAUSED change (`start`); a missing or bad model, a bad
 //!   `device` or a bad `prompts` value fails that state change with an element error naming
-//!   what is wrong.
-//! * Each buffer is pushed into an [`edgetam_pipeline::Pipeline`] and the element waits for its
-//!   result in `transform_ip` (synchronous: buffer order and metas are trivially right, and
-//!   nothing is pending at a flush or EOS: both pass straight through; prompts queued by
-//!   signals or events wait for the next buffer, also across a flush).
-//! * `encoder-ahead=true` builds the pipeline with its encoder thread: the image encoder runs
-//!   on a thread of its own, but since the element holds one buffer at a time there is no
-//!   overlap between frames; results are identical either way.
-//! * Passthrough: `GstBaseTransform`'s passthrough mode hands out buffers that cannot take
-//!   metas, so the element always runs in place; with `overlay=none` it only maps the pixels
-//!   for reading, and the buffer is made writable (when upstream still holds it) by a shallow
-//!   copy that shares the pixel memory, so no pixel is copied or written.
-//! * `live-mode=true`: a buffer is skipped (passed on unchanged, without `edgetam` metas or a
-//!   message; the tracker does not see it) when it is already more than one frame duration
-//!   old on the pipeline clock when it arrives, or when downstream QoS says it will be late.
+//!   what is wrong. Elements of one process with the same model, device and precision share one
+//!   loaded model (each keeps its own tracking state).
+//! * Buffers go into an [`edgetam_pipeline::Pipeline`] as they arrive; up to `max-in-flight` of
+//!   them are in it at once and they leave in input order, so with encoder-ahead the next
+//!   buffer's image encoder overlaps the current one's tracking. Without `live-mode` the
+//!   streaming thread waits when `max-in-flight` buffers are in flight; a flush discards what is
+//!   pending, EOS drains it, a state change to READY stops the threads.
+//! * `live-mode=true` never makes the streaming thread wait for the tracker: a buffer is tracked
+//!   when the tracker is free and its result can be out within the element's latency budget
+//!   (the buffer's running time + upstream's minimum latency + the latency the element reports,
+//!   which is its longest recent processing time plus one frame), and downstream QoS does not
+//!   report it late; every other buffer passes on untracked, in order, behind the tracked ones.
+//!   Untracked buffers carry the last known objects marked `stale` (so overlays and consumers
+//!   keep showing the objects between tracked buffers instead of flickering; `frame` says which
+//!   tracked buffer they come from). A tracked buffer leaves at the first input after its result
+//!   is in, or at EOS.
+//! * The element runs in place; with `overlay=none` it never writes pixels (GStreamer's
+//!   passthrough mode cannot take metas).
 //! * A new resolution in the caps resets tracking (every object forgotten, `prompts` entries
 //!   for later buffers dropped) with an element warning; 4:2:0 formats (NV12, I420) need even
 //!   sides (odd ones fail negotiation with an element error).
-//! * LATENCY queries answer upstream's latency plus the element's processing latency (the
-//!   longest of the last 16 tracked buffers); when it grows by more than 20 % (or first becomes
-//!   known) the element posts a LATENCY message so the pipeline re-queries.
+//! * LATENCY queries answer upstream's latency plus the element's (the longest time one of the
+//!   last 16 tracked buffers spent in the element, plus a frame in live mode); when it grows by
+//!   more than 20 % (or first becomes known) the element posts a LATENCY message.
 //!
 //! # Signals (action signals, return `TRUE` when queued)
 //!
@@ -64,7 +68,13 @@
 use gst::glib;
 use gst::prelude::*;
 
+pub mod detector;
 mod imp;
+mod output;
+mod prompts;
+mod settings;
+mod shared_model;
+mod timing;
 
 glib::wrapper! {
     /// The `edgetamtrack` element.
@@ -89,8 +99,57 @@ pub enum Overlay {
     BOX = 0b100,
 }
 
-/// Registers `edgetamtrack` with `plugin`.
+/// Numeric precision of the model's heaviest products (GLib enum `GstEdgeTamPrecision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, glib::Enum)]
+#[enum_type(name = "GstEdgeTamPrecision")]
+pub enum Precision {
+    /// Exact f32.
+    #[default]
+    #[enum_value(name = "f32: exact", nick = "f32")]
+    F32,
+    /// bf16 products with f32 accumulation (CPUs with AVX512-BF16).
+    #[enum_value(
+        name = "bf16: fast mode, bf16 products with f32 accumulation",
+        nick = "bf16"
+    )]
+    Bf16,
+}
+
+impl From<Precision> for edgetam_tracker::Precision {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => edgetam_tracker::Precision::F32,
+            Precision::Bf16 => edgetam_tracker::Precision::Bf16,
+        }
+    }
+}
+
+/// Where objects come from (GLib enum `GstEdgeTamPromptSource`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, glib::Enum)]
+#[enum_type(name = "GstEdgeTamPromptSource")]
+pub enum PromptSource {
+    /// The `prompts` property, the signals and the prompt event only.
+    #[default]
+    #[enum_value(name = "Property, signals and events", nick = "property")]
+    Property,
+    /// Also upstream `GstVideoRegionOfInterestMeta` boxes (a detector such as facedetect).
+    #[enum_value(name = "Upstream region-of-interest metas", nick = "roi-meta")]
+    RoiMeta,
+    /// Also upstream object-detection Mtds of an analytics relation meta (GStreamer >= 1.24
+    /// builds, feature `v1_24`).
+    #[enum_value(name = "Upstream analytics object detections", nick = "analytics")]
+    Analytics,
+}
+
+/// Registers `edgetamtrack` with `plugin`, and its flag and enum types as plugin API.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    for t in [
+        Overlay::static_type(),
+        Precision::static_type(),
+        PromptSource::static_type(),
+    ] {
+        t.mark_as_plugin_api(gst::PluginAPIFlags::empty());
+    }
     gst::Element::register(
         Some(plugin),
         "edgetamtrack",

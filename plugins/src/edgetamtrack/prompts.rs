@@ -1,0 +1,242 @@
+//! Prompts: the `prompts` property's specs, runtime commands (signals, the prompt event) and
+//! detections from upstream metas, all turned into the tracking pipeline's commands for the
+//! objects the element knows.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use edgetam_pipeline::{Pipeline, PromptSpec, PromptSpecError};
+use edgetam_tracker::{FrameResult, Mask, ObjectPrompt, Prompt};
+
+use super::detector::{self, Decision, Detection, Rules, Tracked};
+use super::output::{Decisions, Labels};
+
+/// A runtime command from a signal or an event.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Add(u32, ObjectPrompt),
+    Remove(u32),
+    Reset,
+}
+
+/// Why a prompt spec cannot become a prompt.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Syntax(#[from] PromptSpecError),
+    #[error("object {obj}: {message}")]
+    MaskFile { obj: u32, message: String },
+}
+
+/// A mask prompt from a PNG (nonzero = inside); its size is checked against the frame when it
+/// is applied.
+fn read_mask(path: &Path) -> Result<Mask, String> {
+    let img = image::open(path)
+        .map_err(|e| format!("cannot read mask {}: {e}", path.display()))?
+        .to_luma8();
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let mask = Mask::new(w, h, img.into_raw()).map_err(|e| e.to_string())?;
+    if mask.area() == 0 {
+        return Err(format!(
+            "mask {} is empty (no nonzero pixel)",
+            path.display()
+        ));
+    }
+    Ok(mask)
+}
+
+/// The prompt of one parsed spec (a mask file is read here).
+pub fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, SpecError> {
+    match (&spec.mask, spec.points_prompt()) {
+        (Some(path), _) => {
+            read_mask(path)
+                .map(ObjectPrompt::Mask)
+                .map_err(|message| SpecError::MaskFile {
+                    obj: spec.obj,
+                    message,
+                })
+        }
+        (None, Some(p)) => Ok(ObjectPrompt::Points(p)),
+        (None, None) => Ok(ObjectPrompt::Points(Prompt::default())),
+    }
+}
+
+/// One spec string (a signal's or event's): object id and prompt.
+pub fn parse_spec(spec: &str) -> Result<(u32, ObjectPrompt), SpecError> {
+    let s = PromptSpec::parse(spec)?;
+    Ok((s.obj, spec_prompt(&s)?))
+}
+
+/// The `prompts` property: `(buffer index, object, prompt)` per spec.
+pub fn schedule(text: &str) -> Result<Vec<(u64, u32, ObjectPrompt)>, SpecError> {
+    PromptSpec::parse_list(text)?
+        .iter()
+        .map(|s| Ok((s.frame as u64, s.obj, spec_prompt(s)?)))
+        .collect()
+}
+
+/// The objects the element asked the tracker for, what it knows of each between results
+/// (for `max-objects` and the detector association) and the detector labels.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub known: BTreeMap<u32, Tracked>,
+    pub labels: Labels,
+    /// The id a detection's new object gets.
+    pub next_id: u32,
+}
+
+impl Objects {
+    /// Queues `cmd` into `pipeline`; the reason when refused.
+    pub fn apply(&mut self, pipeline: &Pipeline, cmd: Command, max: usize) -> Result<(), String> {
+        let r = match cmd {
+            Command::Add(obj, prompt) => {
+                if !self.known.contains_key(&obj) && self.known.len() >= max {
+                    return Err(format!(
+                        "max-objects ({max}) reached: the prompt for object {obj} is refused"
+                    ));
+                }
+                let bbox = match &prompt {
+                    ObjectPrompt::Points(p) => p.bbox,
+                    ObjectPrompt::Mask(_) => None,
+                };
+                let r = pipeline.add_prompt(obj, prompt);
+                if r.is_ok() {
+                    let t = self.known.entry(obj).or_default();
+                    match bbox {
+                        Some(b) => t.prompted(b),
+                        None => t.absent = 0,
+                    }
+                    self.next_id = self.next_id.max(obj.saturating_add(1));
+                }
+                r
+            }
+            Command::Remove(obj) => {
+                self.known.remove(&obj);
+                self.labels.remove(&obj);
+                pipeline.remove_object(obj)
+            }
+            Command::Reset => {
+                self.clear();
+                pipeline.reset()
+            }
+        };
+        r.map_err(|e| e.to_string())
+    }
+
+    pub fn clear(&mut self) {
+        self.known.clear();
+        self.labels.clear();
+    }
+
+    /// Records a tracked buffer's result: each object's box and absence; objects the tracker
+    /// no longer has are forgotten.
+    pub fn observe(&mut self, r: &FrameResult) {
+        let ids: std::collections::BTreeSet<u32> = r.objects.iter().map(|o| o.id).collect();
+        self.known.retain(|id, _| ids.contains(id));
+        self.labels.retain(|id, _| ids.contains(id));
+        for o in &r.objects {
+            self.known
+                .entry(o.id)
+                .or_default()
+                .observe(o.visible, o.bbox);
+        }
+    }
+
+    /// Associates a buffer's detections (see [`detector`]) and queues the prompts that follow
+    /// (new objects, re-seeds). Returns each detection's decision and the refused commands'
+    /// reasons.
+    pub fn detections(
+        &mut self,
+        pipeline: &Pipeline,
+        detections: Vec<Detection>,
+        rules: Rules,
+    ) -> (Decisions, Vec<String>) {
+        if self.next_id == 0 {
+            self.next_id = 1;
+        }
+        let decisions = detector::associate(&detections, &mut self.known, rules, &mut self.next_id);
+        let mut refused = Vec::new();
+        for (d, decision) in detections.iter().zip(&decisions) {
+            let obj = match decision {
+                Decision::New { obj } => {
+                    self.labels.insert(*obj, d.label.clone());
+                    *obj
+                }
+                Decision::Reseed { obj } => *obj,
+                _ => continue,
+            };
+            let [x0, y0, x1, y1] = d.bbox;
+            let prompt = ObjectPrompt::Points(Prompt::from_box(x0, y0, x1, y1));
+            if let Err(e) = pipeline.add_prompt(obj, prompt) {
+                refused.push(format!("detection prompt for object {obj}: {e}"));
+            }
+        }
+        (detections.into_iter().zip(decisions).collect(), refused)
+    }
+}
+
+/// The accepted detections of a buffer's `GstVideoRegionOfInterestMeta`s (a `confidence`
+/// field of any param structure is the detection's confidence).
+pub fn roi_detections(
+    buf: &gst::BufferRef,
+    types: &[String],
+    min_confidence: f64,
+) -> Vec<Detection> {
+    buf.iter_meta::<gst_video::VideoRegionOfInterestMeta>()
+        .filter_map(|m| {
+            let label = m.roi_type().to_owned();
+            let confidence = m.params().find_map(|p| {
+                p.get::<f64>("confidence")
+                    .ok()
+                    .or_else(|| p.get::<f32>("confidence").ok().map(f64::from))
+            });
+            if !detector::accepted(&label, confidence, types, min_confidence) {
+                return None;
+            }
+            let (x, y, w, h) = m.rect();
+            (w > 0 && h > 0).then(|| Detection {
+                bbox: [x as f32, y as f32, (x + w) as f32, (y + h) as f32],
+                label,
+                confidence,
+            })
+        })
+        .collect()
+}
+
+/// The accepted object-detection Mtds of a buffer's analytics relation metas.
+#[cfg(feature = "v1_24")]
+pub fn analytics_detections(
+    buf: &gst::BufferRef,
+    types: &[String],
+    min_confidence: f64,
+) -> Vec<Detection> {
+    use gst_analytics::prelude::*;
+    use gst_analytics::{AnalyticsODMtd, AnalyticsRelationMeta};
+    let mut out = Vec::new();
+    for meta in buf.iter_meta::<AnalyticsRelationMeta>() {
+        for od in meta.iter::<AnalyticsODMtd>() {
+            let label = od
+                .obj_type()
+                .map_or_else(String::new, |q| q.as_str().to_owned());
+            let Ok(loc) = od.location() else { continue };
+            let confidence = Some(f64::from(loc.loc_conf_lvl));
+            if !detector::accepted(&label, confidence, types, min_confidence)
+                || loc.w <= 0
+                || loc.h <= 0
+            {
+                continue;
+            }
+            out.push(Detection {
+                bbox: [
+                    loc.x as f32,
+                    loc.y as f32,
+                    (loc.x + loc.w) as f32,
+                    (loc.y + loc.h) as f32,
+                ],
+                label,
+                confidence,
+            });
+        }
+    }
+    out
+}
