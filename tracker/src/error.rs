@@ -53,6 +53,10 @@ pub enum Error {
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),
+    /// A model named by hub repository id could not be found, downloaded or read from the
+    /// cache ([`ModelSource`](crate::ModelSource)); the message names the repository.
+    #[error(transparent)]
+    Hub(#[from] crate::model::hub::HubError),
     /// An error from the tensor engine (a bug or an unsupported device operation).
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),
