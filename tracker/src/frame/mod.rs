@@ -387,8 +387,8 @@ impl<'a> Frame<'a> {
         let span = |rows: usize, stride: usize, row: usize| -> Option<usize> {
             stride.checked_mul(rows.checked_sub(1)?)?.checked_add(row)
         };
-        let short = |plane: usize, stride: usize, needed: usize, got: usize| {
-            FrameError::BufferTooShort {
+        let short =
+            |plane: usize, stride: usize, needed: usize, got: usize| FrameError::BufferTooShort {
                 format: f,
                 plane,
                 width: w,
@@ -396,8 +396,7 @@ impl<'a> Frame<'a> {
                 stride,
                 needed,
                 got,
-            }
-        };
+            };
         let needed = match &self.storage {
             Storage::Packed { data, stride } => {
                 if f == PixelFormat::I420 && stride % 2 != 0 {
