@@ -264,3 +264,70 @@ fn leaks_tracer_finds_nothing_alive() {
         .collect();
     assert!(alive.is_empty(), "leaked: {alive:#?}");
 }
+
+#[path = "../../tracker/tests/common/fake_hub.rs"]
+mod fake_hub;
+
+/// `model=owner/name`: fetched from a loopback server answering as the hub (HF_ENDPOINT) into
+/// a scratch HF_HOME, then tracked; a repository the hub does not have is a clear error.
+#[test]
+fn model_by_hub_repository_id() {
+    use fake_hub::{FakeHub, FakeRepo};
+    let read = |rel: &str| std::fs::read(common::repo().join("fixtures").join(rel)).unwrap();
+    let hub = FakeHub::start(vec![FakeRepo::new("test-org/edgetam-hf")
+        .file("config.json", read("image_256/config.json"))
+        .file("model.safetensors", read("model/model.safetensors"))]);
+    let home = tmp("hf-home");
+    let run = |repo: &str| {
+        let mut cmd = Command::new("gst-launch-1.0");
+        // hf-hub's client would send even loopback requests through a proxy from these.
+        for k in [
+            "HF_TOKEN",
+            "HF_HUB_OFFLINE",
+            "HF_HUB_CACHE",
+            "ALL_PROXY",
+            "all_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "GST_DEBUG",
+        ] {
+            cmd.env_remove(k);
+        }
+        cmd.env("GST_PLUGIN_PATH", plugin_dir())
+            .env("GST_REGISTRY", tmp("registry").join("registry.bin"))
+            .env("HF_HOME", &home)
+            .env("HF_ENDPOINT", hub.endpoint())
+            .args([
+                "-m",
+                "videotestsrc",
+                "num-buffers=2",
+                "!",
+                "video/x-raw,width=96,height=64",
+            ])
+            .args(["!", "edgetamtrack", &format!("model={repo}")])
+            .args([
+                "prompts=obj=1;box=10,10,40,40",
+                "post-messages=true",
+                "!",
+                "fakesink",
+            ])
+            .output()
+            .expect("run gst-launch-1.0")
+    };
+    let o = run("test-org/edgetam-hf");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(tracking_messages(&o).len(), 2, "{}", text(&o));
+    assert!(home
+        .join("hub/models--test-org--edgetam-hf/snapshots")
+        .is_dir());
+    let o = run("test-org/unknown");
+    assert!(!o.status.success(), "{}", text(&o));
+    let all = text(&o);
+    assert!(
+        all.contains("`test-org/unknown`") && all.contains("HTTP 404"),
+        "{all}"
+    );
+    assert!(!all.contains("panicked"), "{all}");
+}

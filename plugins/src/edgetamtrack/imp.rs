@@ -210,7 +210,11 @@ impl EdgeTamTrack {
     }
 
     fn load(&self, settings: &Settings) -> Result<State, StartError> {
-        let path = settings.model.clone().ok_or(StartError::NoModel)?;
+        let spec = settings.model.clone().ok_or(StartError::NoModel)?;
+        // A hub repository id (owner/name) is fetched into the Hugging Face cache (or found there).
+        let path = edgetam_tracker::ModelSource::parse(&spec)
+            .resolve()
+            .map_err(|source| StartError::Model { path: spec, source })?;
         if !path.exists() {
             return Err(StartError::MissingModel { path });
         }
@@ -606,7 +610,7 @@ impl ObjectImpl for EdgeTamTrack {
             vec![
                 glib::ParamSpecString::builder("model")
                     .nick("Model")
-                    .blurb("EdgeTAM model: a folder with config.json + model.safetensors, or an edgetam.pt (loaded when the element starts)")
+                    .blurb("EdgeTAM model, loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache)")
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecString::builder("device")
