@@ -69,7 +69,7 @@ fn hub_error(r: edgetam_tracker::Result<PathBuf>) -> (HubError, String) {
         Err(Error::Hub(e)) => {
             let m = e.to_string();
             eprintln!("error as shown: {m}");
-            (e, m)
+            (*e, m)
         }
         Err(e) => panic!("not a hub error: {e}"),
         Ok(p) => panic!("resolved to {}", p.display()),
