@@ -5,7 +5,9 @@ set -euo pipefail
 
 # libopencv-dev, clang and libclang-dev: the `opencv` feature (the opencv crate binds with libclang).
 # libgstreamer*-dev and the gstreamer1.0-* packages: the `edgetamtrack` element (plugins/) and its
-# tests, which run gst-launch-1.0 and gst-inspect-1.0 with the videotestsrc/pngdec elements.
+# tests, which run gst-launch-1.0 and gst-inspect-1.0 with the videotestsrc/pngdec elements;
+# scripts/demo.sh draws its clip (videotestsrc, compositor, videoflip, videobox) and encodes the
+# overlay video with them too (pngdec, vp8enc + webmmux, decoded back with vp8dec).
 PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good)

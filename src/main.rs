@@ -15,7 +15,7 @@ use edgetam::draw;
 use edgetam::pipeline as prompt_syntax;
 use edgetam::tracker::{
     checks, checks::fixture::Fixture, mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
-    MultimaskMode, Point, PointLabel, Prompt, Weights,
+    ModelSource, MultimaskMode, Point, PointLabel, Prompt, Weights,
 };
 
 #[derive(Parser)]
@@ -46,9 +46,16 @@ enum Command {
 
 #[derive(Args)]
 pub(crate) struct ModelArgs {
-    /// Model: a directory with config.json + model.safetensors, or an original edgetam.pt.
-    #[arg(long, value_name = "PATH", required_unless_present = "random_weights")]
-    model: Option<PathBuf>,
+    /// Model: a folder with config.json + model.safetensors, an original edgetam.pt, or a
+    /// Hugging Face hub repository id (owner/name: yonigozlan/EdgeTAM-hf, facebook/EdgeTAM)
+    /// fetched into the Hugging Face cache on first use (HF_HOME, HF_ENDPOINT, HF_TOKEN,
+    /// HF_HUB_OFFLINE=1 for the cache only); a path that exists wins over an id.
+    #[arg(
+        long,
+        value_name = "PATH|REPO",
+        required_unless_present = "random_weights"
+    )]
+    model: Option<String>,
     /// Use deterministic random weights instead of a checkpoint (runs end to end; masks are
     /// meaningless).
     #[arg(long, conflicts_with = "model")]
@@ -120,15 +127,19 @@ pub(crate) fn load_model(args: &ModelArgs) -> Result<EdgeTam> {
         let config = EdgeTamConfig::with_image_size(args.size)?;
         return Ok(EdgeTam::random(config, 0, &device)?);
     }
-    let path = args.model.as_deref().context("--model is required")?;
+    let spec = args.model.as_deref().context("--model is required")?;
     let t = Instant::now();
-    let model = EdgeTam::load(path, &device)
+    let source = ModelSource::parse(spec);
+    let path = source
+        .resolve()
+        .with_context(|| format!("loading model {spec}"))?;
+    let model = EdgeTam::load(&path, &device)
         .with_context(|| format!("loading model {}", path.display()))?;
-    eprintln!(
-        "loaded {} in {:.2} s",
-        path.display(),
-        t.elapsed().as_secs_f64()
-    );
+    let from = match source {
+        ModelSource::Hub { .. } => format!(" (hub cache: {})", path.display()),
+        ModelSource::Path(_) => String::new(),
+    };
+    eprintln!("loaded {spec}{from} in {:.2} s", t.elapsed().as_secs_f64());
     Ok(model)
 }
 

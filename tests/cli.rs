@@ -7,10 +7,35 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+#[path = "../tracker/tests/common/fake_hub.rs"]
+mod fake_hub;
+
+/// Variables that would send a `--model owner/name` to the network or to another cache.
+const HUB_VARS: &[&str] = &[
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_CACHE",
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
+
+/// `edgetam` with the hub sandboxed: an empty cache and HF_HUB_OFFLINE, so a `--model` that
+/// looks like a repository id never reaches the network.
 fn edgetam(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_edgetam"))
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgetam"));
+    for k in HUB_VARS {
+        cmd.env_remove(k);
+    }
+    cmd.args(args)
         .current_dir(root())
+        .env("HF_HOME", tmp("hf-home-empty"))
+        .env("HF_HUB_OFFLINE", "1")
         .output()
         .expect("run edgetam")
 }
@@ -154,6 +179,94 @@ fn missing_model_is_a_clear_error() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no/model"), "{}", stderr(&o));
+    // A path that cannot be a repository id says so as a path.
+    let o = edgetam(&[
+        "segment",
+        "--model",
+        "no/such/model",
+        "--image",
+        "examples/data/shapes.png",
+        "--box",
+        "1,1,5,5",
+        "--out",
+        "x.png",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no/such/model") && stderr(&o).contains("no such model file"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `--model owner/name` against a loopback server answering as the hub (HF_ENDPOINT): fetched
+/// into HF_HOME once, then loaded from the cache with the server gone and HF_HUB_OFFLINE=1.
+#[test]
+fn segment_with_a_hub_repository_id() {
+    use fake_hub::{FakeHub, FakeRepo};
+    let fixture = |rel: &str| std::fs::read(root().join("fixtures").join(rel)).unwrap();
+    let hub = FakeHub::start(vec![FakeRepo::new("test-org/edgetam-hf")
+        .file("config.json", fixture("image_256/config.json"))
+        .file("model.safetensors", fixture("model/model.safetensors"))]);
+    let home = tmp("hf-home-hub");
+    let _ = std::fs::remove_dir_all(&home);
+    let mask = tmp("mask_hub.png");
+    let endpoint = hub.endpoint();
+    let run = |repo: &str, offline: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgetam"));
+        for k in HUB_VARS {
+            cmd.env_remove(k);
+        }
+        cmd.env("HF_HOME", &home).env("HF_ENDPOINT", &endpoint);
+        if offline {
+            cmd.env("HF_HUB_OFFLINE", "1");
+        }
+        cmd.args([
+            "segment",
+            "--model",
+            repo,
+            "--image",
+            "examples/data/shapes.png",
+        ])
+        .args(["--point", "240,170,1", "--out", mask.to_str().unwrap()])
+        .current_dir(root())
+        .output()
+        .expect("run edgetam")
+    };
+    let o = run("test-org/edgetam-hf", false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("object score"));
+    assert!(
+        stderr(&o).contains("loaded test-org/edgetam-hf (hub cache: ")
+            && stderr(&o).contains("models--test-org--edgetam-hf"),
+        "{}",
+        stderr(&o)
+    );
+    let fetched = hub.requests();
+    assert!(
+        fetched
+            .iter()
+            .any(|r| r == "GET /test-org/edgetam-hf/resolve/main/model.safetensors"),
+        "{fetched:#?}"
+    );
+    let o = run("test-org/unknown", false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("`test-org/unknown`") && stderr(&o).contains("HTTP 404"),
+        "{}",
+        stderr(&o)
+    );
+    let requests = hub.requests().len();
+    let o = run("test-org/edgetam-hf", false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        hub.requests().len(),
+        requests,
+        "the cached model needs no request"
+    );
+    hub.stop();
+    let o = run("test-org/edgetam-hf", true);
+    assert!(o.status.success(), "offline from the cache: {}", stderr(&o));
 }
 
 #[test]

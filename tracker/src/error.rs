@@ -53,9 +53,20 @@ pub enum Error {
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),
+    /// A model named by hub repository id could not be found, downloaded or read from the
+    /// cache ([`ModelSource`](crate::ModelSource)); the message names the repository.
+    /// (Boxed: it is the largest of these errors and would make every `Result` bigger.)
+    #[error(transparent)]
+    Hub(Box<crate::model::hub::HubError>),
     /// An error from the tensor engine (a bug or an unsupported device operation).
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),
+}
+
+impl From<crate::model::hub::HubError> for Error {
+    fn from(e: crate::model::hub::HubError) -> Self {
+        Self::Hub(Box::new(e))
+    }
 }
 
 /// Result alias used throughout the crate.

@@ -57,6 +57,7 @@ pub mod config {
 pub use model::edgetam::{
     mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Segmentation, NO_OBJECT_SCORE,
 };
+pub use model::hub::{resolve_model, HubError, ModelSource};
 pub use model::precision::Precision;
 pub use model::prompt::{Point, PointLabel, Prompt};
 pub use model::weights::{CheckpointFormat, Weights};

@@ -146,8 +146,11 @@ impl EdgeTamTrack {
     }
 
     fn load(&self, settings: &Settings) -> Result<State, StartError> {
-        let path = settings.model.clone().ok_or(StartError::NoModel)?;
-        let path = std::path::PathBuf::from(path);
+        let spec = settings.model.clone().ok_or(StartError::NoModel)?;
+        // A hub repository id (owner/name) is fetched into the Hugging Face cache (or found there).
+        let path = edgetam_tracker::ModelSource::parse(&spec)
+            .resolve()
+            .map_err(|source| StartError::Model { path: spec, source })?;
         if !path.exists() {
             return Err(StartError::MissingModel {
                 path: path.display().to_string(),

@@ -125,7 +125,7 @@ pub fn properties() -> Vec<glib::ParamSpec> {
     vec![
         glib::ParamSpecString::builder("model")
             .nick("Model")
-            .blurb("EdgeTAM model: a folder with config.json + model.safetensors, or an edgetam.pt (loaded when the element starts; elements with the same model, device and precision share one copy)")
+            .blurb("EdgeTAM model, loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache); elements with the same model, device and precision share one copy")
             .mutable_ready()
             .build(),
         glib::ParamSpecString::builder("device")

@@ -310,6 +310,7 @@ impl<'a> Frame<'a> {
 
     /// For a frame made by [`Self::new`]: its buffer and each plane's `(offset, stride)` in it.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[allow(clippy::type_complexity)] // the buffer and its planes' (offset, stride)
     pub(crate) fn one_buffer(&self) -> Option<(&[u8], Vec<(usize, usize)>)> {
         let Storage::Packed { data, stride } = &self.storage else {
             return None;

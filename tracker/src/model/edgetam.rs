@@ -141,7 +141,9 @@ pub(crate) struct VideoModules {
 impl EdgeTam {
     /// Loads a model from a directory with `config.json` + `model.safetensors` (transformers
     /// layout), or from an original `edgetam.pt` (its `config.json`, if one lies beside it, is
-    /// used; otherwise the released EdgeTAM config).
+    /// used; otherwise the released EdgeTAM config). For a Hugging Face hub repository id, get
+    /// the path from [`ModelSource`](crate::ModelSource) (or
+    /// [`resolve_model`](crate::resolve_model)) first.
     pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let path = path.as_ref();
         let (config_path, weights_path) = resolve_model_paths(path)?;

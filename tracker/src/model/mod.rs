@@ -2,7 +2,8 @@
 //! [`image_encoder`] (RepViT backbone, FPN neck, the decoder's high-resolution projections),
 //! [`prompt_encoder`], [`decoder`] (two-way transformer, cross-attentions, upscaling),
 //! [`memory_attention`] (RoPE, the memory cross-attention), [`memory_encoder`] and [`perceiver`].
-//! [`edgetam`] holds them together; [`weights`] and [`original_keys`] load checkpoints.
+//! [`edgetam`] holds them together; [`weights`] and [`original_keys`] load checkpoints, [`hub`]
+//! finds them by Hugging Face hub repository id.
 //!
 //! Stage files compose the crate's kernels ([`crate::kernels`]); they hold no custom op, no
 //! intrinsics and no CPU feature probe.
@@ -11,6 +12,7 @@ pub(crate) mod config;
 pub(crate) mod conv;
 pub(crate) mod decoder;
 pub(crate) mod edgetam;
+pub(crate) mod hub;
 pub(crate) mod image_encoder;
 pub(crate) mod layers;
 pub(crate) mod memory_attention;
