@@ -468,8 +468,8 @@ fn live_mode_tracks_when_free_and_passes_the_rest_in_order() {
     h.set_src_caps_str(&caps("RGB", W, H));
     // Buffer 0 goes to the tracker; 1-3 arrive while it is busy and wait behind it, untracked.
     h.push(buffer(&frames[0], 0)).expect("push");
-    for i in 1..4 {
-        h.push(buffer(&frames[i], i as u64)).expect("push");
+    for (i, f) in frames.iter().enumerate().take(4).skip(1) {
+        h.push(buffer(f, i as u64)).expect("push");
     }
     wait_tracker();
     // The tracker is free again: buffer 4 is tracked; 0-3 leave, in order.
@@ -624,8 +624,11 @@ fn flush_discards_buffers_in_flight() {
     assert!(messages_of(&bus, gst::MessageType::Error).is_empty());
 }
 
-/// A buffer with `edgetam`-foreign ROI metas: `(roi_type, x, y, w, h, confidence)`.
-fn with_rois(data: &[u8], i: u64, rois: &[(&str, u32, u32, u32, u32, Option<f64>)]) -> gst::Buffer {
+/// A detector's ROI meta: `(roi_type, x, y, w, h, confidence)`.
+type Det<'a> = (&'a str, u32, u32, u32, u32, Option<f64>);
+
+/// A buffer with `edgetam`-foreign ROI metas.
+fn with_rois(data: &[u8], i: u64, rois: &[Det]) -> gst::Buffer {
     let mut b = buffer(data, i);
     {
         let b = b.get_mut().expect("writable");

@@ -38,7 +38,7 @@ impl LastObjects {
 pub type Labels = BTreeMap<u32, String>;
 
 /// The label an object's results carry: its detector's class, else `edgetam`.
-pub fn label<'a>(labels: &'a Labels, obj: u32) -> &'a str {
+pub fn label(labels: &Labels, obj: u32) -> &str {
     labels.get(&obj).map_or(results::ROI_TYPE, String::as_str)
 }
 
