@@ -8,9 +8,12 @@ set -euo pipefail
 # tests, which run gst-launch-1.0 and gst-inspect-1.0 with the videotestsrc/pngdec elements;
 # scripts/demo.sh draws its clip (videotestsrc, compositor, videoflip, videobox) and encodes the
 # overlay video with them too (pngdec, vp8enc + webmmux, decoded back with vp8dec).
+# gstreamer1.0-opencv + opencv-data: Debian's stock `facedetect` (a detector upstream of the element
+# in its tests) and its cascades; opencv-doc: the sample photo with a face those tests use
+# (/usr/share/doc/opencv-doc/examples/data/messi5.jpg).
 PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
-  gstreamer1.0-plugins-base gstreamer1.0-plugins-good)
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-opencv opencv-data opencv-doc)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
