@@ -9,6 +9,13 @@ bash scripts/install-deps.sh
 FEATURES="edgetam/tokio,edgetam/opencv,edgetam-pipeline/tokio,edgetam-pipeline/opencv"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings
+# The element's analytics code (feature v1_24: GStreamer >= 1.24, not in Debian 12) is
+# type-checked without linking, by skipping pkg-config for the GStreamer libraries.
+SYSTEM_DEPS_GSTREAMER_1_0_NO_PKG_CONFIG=1 SYSTEM_DEPS_GSTREAMER_1_0_LIB=gstreamer-1.0 \
+SYSTEM_DEPS_GSTREAMER_BASE_1_0_NO_PKG_CONFIG=1 SYSTEM_DEPS_GSTREAMER_BASE_1_0_LIB=gstbase-1.0 \
+SYSTEM_DEPS_GSTREAMER_VIDEO_1_0_NO_PKG_CONFIG=1 SYSTEM_DEPS_GSTREAMER_VIDEO_1_0_LIB=gstvideo-1.0 \
+SYSTEM_DEPS_GSTREAMER_ANALYTICS_1_0_NO_PKG_CONFIG=1 SYSTEM_DEPS_GSTREAMER_ANALYTICS_1_0_LIB=gstanalytics-1.0 \
+  cargo clippy --release -p gst-plugin-edgetam --all-targets --features v1_24 -- -D warnings
 # The `cuda` feature must keep compiling although CI has no GPU, no driver and no CUDA from
 # Debian: nvcc and the CUDA headers come from NVIDIA's PyPI wheels (into .cuda-toolkit/), and
 # clippy type-checks without linking (candle links the CUDA libraries dynamically, which a

@@ -210,14 +210,13 @@ pub fn analytics_detections(
     types: &[String],
     min_confidence: f64,
 ) -> Vec<Detection> {
-    use gst_analytics::prelude::*;
-    use gst_analytics::{AnalyticsODMtd, AnalyticsRelationMeta};
+    use gst_analytics::{AnalyticsMetaRefExt, AnalyticsODMtd, AnalyticsRelationMeta};
     let mut out = Vec::new();
     for meta in buf.iter_meta::<AnalyticsRelationMeta>() {
         for od in meta.iter::<AnalyticsODMtd>() {
             let label = od
                 .obj_type()
-                .map_or_else(String::new, |q| q.as_str().to_owned());
+                .map_or_else(String::new, |q| q.as_str().to_string());
             let Ok(loc) = od.location() else { continue };
             let confidence = Some(f64::from(loc.loc_conf_lvl));
             if !detector::accepted(&label, confidence, types, min_confidence)
