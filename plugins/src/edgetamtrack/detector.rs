@@ -72,6 +72,9 @@ pub struct Tracked {
     pub absent: u32,
     /// The detector's class when a detection started it.
     pub label: Option<String>,
+    /// The first buffer (element index) its latest prompt applies to: results of earlier
+    /// buffers (still in flight when it was prompted) do not know it yet.
+    pub since: u64,
 }
 
 impl Tracked {

@@ -242,7 +242,8 @@ impl EdgeTamTrack {
             early.push(cmd);
             return true;
         };
-        let r = state.objects.apply(&state.pipeline, cmd, max);
+        let since = state.buffers;
+        let r = state.objects.apply(&state.pipeline, cmd, max, since);
         drop(guard);
         self.warn_refused(r)
     }
@@ -515,7 +516,7 @@ impl EdgeTamTrack {
                 }
                 match out.outcome {
                     Outcome::Tracked(r) => {
-                        state.objects.observe(&r);
+                        state.objects.observe(&r, p.index);
                         state.last = Some(LastObjects::new(&r));
                         let margin = if settings.live_mode {
                             Self::frame_duration(&buf, &info)
@@ -987,7 +988,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         let max = settings.max_objects as usize;
         let refused: Vec<_> = early
             .into_iter()
-            .map(|c| state.objects.apply(&state.pipeline, c, max))
+            .map(|c| state.objects.apply(&state.pipeline, c, max, 0))
             .collect();
         *lock(&self.stats) = Stats::default();
         *lock(&self.qos) = Qos::default();
@@ -1100,7 +1101,7 @@ impl BaseTransformImpl for EdgeTamTrack {
             refused.push(
                 state
                     .objects
-                    .apply(&state.pipeline, Command::Add(obj, prompt), max),
+                    .apply(&state.pipeline, Command::Add(obj, prompt), max, index),
             );
         }
         // `qos=true` (off by default): buffers downstream reports late are dropped entirely.
@@ -1143,7 +1144,7 @@ impl BaseTransformImpl for EdgeTamTrack {
                 let pipeline = state.pipeline.clone();
                 state
                     .objects
-                    .detections(&pipeline, detections, Self::rules(&settings))
+                    .detections(&pipeline, detections, Self::rules(&settings), index)
             }
         };
         refused.extend(detector_refused.into_iter().map(Err));

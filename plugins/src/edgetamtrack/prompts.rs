@@ -86,8 +86,15 @@ pub struct Objects {
 }
 
 impl Objects {
-    /// Queues `cmd` into `pipeline`; the reason when refused.
-    pub fn apply(&mut self, pipeline: &Pipeline, cmd: Command, max: usize) -> Result<(), String> {
+    /// Queues `cmd` into `pipeline` for the buffers from element index `since` on; the reason
+    /// when refused.
+    pub fn apply(
+        &mut self,
+        pipeline: &Pipeline,
+        cmd: Command,
+        max: usize,
+        since: u64,
+    ) -> Result<(), String> {
         let r = match cmd {
             Command::Add(obj, prompt) => {
                 if !self.known.contains_key(&obj) && self.known.len() >= max {
@@ -106,6 +113,7 @@ impl Objects {
                         Some(b) => t.prompted(b),
                         None => t.absent = 0,
                     }
+                    t.since = since;
                     self.next_id = self.next_id.max(obj.saturating_add(1));
                 }
                 r
@@ -128,12 +136,15 @@ impl Objects {
         self.labels.clear();
     }
 
-    /// Records a tracked buffer's result: each object's box and absence; objects the tracker
-    /// no longer has are forgotten.
-    pub fn observe(&mut self, r: &FrameResult) {
+    /// Records the result of the buffer with element index `index`: each object's box and
+    /// absence; objects the tracker no longer has are forgotten (not those prompted for later
+    /// buffers, which this result cannot know yet).
+    pub fn observe(&mut self, r: &FrameResult, index: u64) {
         let ids: std::collections::BTreeSet<u32> = r.objects.iter().map(|o| o.id).collect();
-        self.known.retain(|id, _| ids.contains(id));
-        self.labels.retain(|id, _| ids.contains(id));
+        self.known
+            .retain(|id, t| ids.contains(id) || t.since > index);
+        let known = &self.known;
+        self.labels.retain(|id, _| known.contains_key(id));
         for o in &r.objects {
             self.known
                 .entry(o.id)
@@ -150,6 +161,7 @@ impl Objects {
         pipeline: &Pipeline,
         detections: Vec<Detection>,
         rules: Rules,
+        since: u64,
     ) -> (Decisions, Vec<String>) {
         if self.next_id == 0 {
             self.next_id = 1;
@@ -165,6 +177,9 @@ impl Objects {
                 Decision::Reseed { obj } => *obj,
                 _ => continue,
             };
+            if let Some(t) = self.known.get_mut(&obj) {
+                t.since = since;
+            }
             let [x0, y0, x1, y1] = d.bbox;
             let prompt = ObjectPrompt::Points(Prompt::from_box(x0, y0, x1, y1));
             if let Err(e) = pipeline.add_prompt(obj, prompt) {
