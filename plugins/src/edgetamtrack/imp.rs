@@ -1098,11 +1098,12 @@ impl BaseTransformImpl for EdgeTamTrack {
         state.scheduled = later.into_iter().filter(|(f, _, _)| *f > index).collect();
         let max = settings.max_objects as usize;
         for (_, obj, prompt) in due {
-            refused.push(
-                state
-                    .objects
-                    .apply(&state.pipeline, Command::Add(obj, prompt), max, index),
-            );
+            refused.push(state.objects.apply(
+                &state.pipeline,
+                Command::Add(obj, prompt),
+                max,
+                index,
+            ));
         }
         // `qos=true` (off by default): buffers downstream reports late are dropped entirely.
         if self.obj().is_qos() {
