@@ -823,91 +823,63 @@ impl ObjectImpl for EdgeTamTrack {
     }
 }
 
+/// An action signal returning `TRUE` when `f` queued its command (`f`'s `None`: a missing or
+/// mistyped argument, refused as `FALSE`).
+fn action<const N: usize>(
+    name: &str,
+    params: [glib::Type; N],
+    f: fn(&EdgeTamTrack, &[glib::Value]) -> Option<bool>,
+) -> glib::subclass::Signal {
+    glib::subclass::Signal::builder(name)
+        .param_types(params)
+        .return_type::<bool>()
+        .action()
+        .class_handler(move |args| {
+            let ok = this(args).and_then(|el| f(el.imp(), args));
+            Some(ok.unwrap_or(false).to_value())
+        })
+        .build()
+}
+
+/// Argument `i` of a signal as a string (`NULL`: empty).
+fn string_arg(args: &[glib::Value], i: usize) -> Option<String> {
+    Some(
+        args.get(i)?
+            .get::<Option<String>>()
+            .ok()?
+            .unwrap_or_default(),
+    )
+}
+
 fn signals() -> Vec<glib::subclass::Signal> {
-    use glib::subclass::Signal;
+    let (uint, double, string) = (
+        u32::static_type(),
+        f64::static_type(),
+        String::static_type(),
+    );
     vec![
-        Signal::builder("add-box")
-            .param_types([
-                u32::static_type(),
-                f64::static_type(),
-                f64::static_type(),
-                f64::static_type(),
-                f64::static_type(),
-            ])
-            .return_type::<bool>()
-            .action()
-            .class_handler(|args| {
-                let ok = (|| {
-                    let el = this(args)?;
-                    let obj = args.get(1)?.get::<u32>().ok()?;
-                    let c: Vec<f32> = (2..6)
-                        .map(|i| args.get(i)?.get::<f64>().ok().map(|v| v as f32))
-                        .collect::<Option<_>>()?;
-                    let prompt = Prompt::from_box(c[0], c[1], c[2], c[3]);
-                    Some(
-                        el.imp()
-                            .command(Command::Add(obj, ObjectPrompt::Points(prompt))),
-                    )
-                })();
-                Some(ok.unwrap_or(false).to_value())
-            })
-            .build(),
-        Signal::builder("add-points")
-            .param_types([u32::static_type(), String::static_type()])
-            .return_type::<bool>()
-            .action()
-            .class_handler(|args| {
-                let ok = (|| {
-                    let el = this(args)?;
-                    let obj = args.get(1)?.get::<u32>().ok()?;
-                    let points = args
-                        .get(2)?
-                        .get::<Option<String>>()
-                        .ok()?
-                        .unwrap_or_default();
-                    Some(el.imp().add_points(obj, &points))
-                })();
-                Some(ok.unwrap_or(false).to_value())
-            })
-            .build(),
-        Signal::builder("add-prompt")
-            .param_types([String::static_type()])
-            .return_type::<bool>()
-            .action()
-            .class_handler(|args| {
-                let ok = (|| {
-                    let el = this(args)?;
-                    let spec = args
-                        .get(1)?
-                        .get::<Option<String>>()
-                        .ok()?
-                        .unwrap_or_default();
-                    Some(el.imp().add_spec(&spec))
-                })();
-                Some(ok.unwrap_or(false).to_value())
-            })
-            .build(),
-        Signal::builder("remove-object")
-            .param_types([u32::static_type()])
-            .return_type::<bool>()
-            .action()
-            .class_handler(|args| {
-                let ok = (|| {
-                    let el = this(args)?;
-                    let obj = args.get(1)?.get::<u32>().ok()?;
-                    Some(el.imp().command(Command::Remove(obj)))
-                })();
-                Some(ok.unwrap_or(false).to_value())
-            })
-            .build(),
-        Signal::builder("reset")
-            .return_type::<bool>()
-            .action()
-            .class_handler(|args| {
-                let ok = this(args).map(|el| el.imp().command(Command::Reset));
-                Some(ok.unwrap_or(false).to_value())
-            })
-            .build(),
+        action(
+            "add-box",
+            [uint, double, double, double, double],
+            |imp, args| {
+                let obj = args.get(1)?.get::<u32>().ok()?;
+                let c: Vec<f32> = (2..6)
+                    .map(|i| args.get(i)?.get::<f64>().ok().map(|v| v as f32))
+                    .collect::<Option<_>>()?;
+                let prompt = Prompt::from_box(c[0], c[1], c[2], c[3]);
+                Some(imp.command(Command::Add(obj, ObjectPrompt::Points(prompt))))
+            },
+        ),
+        action("add-points", [uint, string], |imp, args| {
+            Some(imp.add_points(args.get(1)?.get::<u32>().ok()?, &string_arg(args, 2)?))
+        }),
+        action("add-prompt", [string], |imp, args| {
+            Some(imp.add_spec(&string_arg(args, 1)?))
+        }),
+        action("remove-object", [uint], |imp, args| {
+            Some(imp.command(Command::Remove(args.get(1)?.get::<u32>().ok()?)))
+        }),
+        action("reset", [], |imp, _| Some(imp.command(Command::Reset))),
     ]
 }
 

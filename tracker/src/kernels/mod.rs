@@ -23,7 +23,7 @@ pub(crate) mod resize;
 pub(crate) mod rope;
 pub(crate) mod threads;
 
-use candle_core::{CpuStorage, Layout, Result, Shape};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape};
 
 pub(crate) use layout::{add, interleave_2x2, nchw_to_tokens, swap_axes_1_2};
 pub(crate) use threads::{
@@ -67,5 +67,55 @@ pub(crate) fn f32_slice<'a>(
     match layout.contiguous_offsets() {
         Some((a, b)) => Ok(&data[a..b]),
         None => candle_core::bail!("{what} must be contiguous"),
+    }
+}
+
+/// One contiguous f32 operand of a CPU op: its values and layout.
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub data: &'a [f32],
+    pub layout: &'a Layout,
+}
+
+/// A CPU pass over three contiguous f32 operands; [`Op3`] runs it as a candle `CustomOp3`
+/// (the operands' checks and the output storage are its, not each kernel's).
+pub(crate) trait CpuOp3 {
+    /// The op's name, and each operand's for error messages.
+    const NAME: &'static str;
+    const OPERANDS: [&'static str; 3];
+    /// The output values and shape.
+    fn run(&self, operands: [Operand; 3]) -> Result<(Vec<f32>, Shape)>;
+}
+
+/// A [`CpuOp3`] as a candle custom op (`a.apply_op3_no_bwd(b, c, &Op3(op))`).
+pub(crate) struct Op3<T>(pub T);
+
+impl<T: CpuOp3 + Send + Sync> CustomOp3 for Op3<T> {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let operand = |s, layout, i: usize| -> Result<Operand> {
+            Ok(Operand {
+                data: f32_slice(s, layout, T::OPERANDS[i])?,
+                layout,
+            })
+        };
+        let operands = [
+            operand(s1, l1, 0)?,
+            operand(s2, l2, 1)?,
+            operand(s3, l3, 2)?,
+        ];
+        let (out, shape) = self.0.run(operands)?;
+        Ok((CpuStorage::F32(out), shape))
     }
 }

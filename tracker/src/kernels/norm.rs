@@ -7,9 +7,11 @@
 //! these activations) amplifies such noise 10-100x, so the statistics need torch's accuracy (its
 //! kernel uses cascaded moments): the tensor-op form uses blocked sums, the CPU pass f64 sums.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-use crate::kernels::{f32_slice, output_in_chunks, run_tasks_with, threads, wide, zeroed};
+use crate::kernels::{
+    f32_slice, output_in_chunks, run_tasks_with, threads, wide, zeroed, CpuOp3, Op3, Operand,
+};
 
 fn f32_cpu(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == DType::F32
@@ -26,9 +28,11 @@ pub(crate) fn layer_norm(
 ) -> Result<Tensor> {
     if f32_cpu(x) && f32_cpu(weight) && f32_cpu(bias) && dim < x.rank() {
         let op = NormOp { dim, eps };
-        return x
-            .contiguous()?
-            .apply_op3_no_bwd(&weight.contiguous()?, &bias.contiguous()?, &op);
+        return x.contiguous()?.apply_op3_no_bwd(
+            &weight.contiguous()?,
+            &bias.contiguous()?,
+            &Op3(op),
+        );
     }
     layer_norm_ops(x, weight, bias, dim, eps)
 }
@@ -244,23 +248,14 @@ impl NormOp {
     }
 }
 
-impl CustomOp3 for NormOp {
-    fn name(&self) -> &'static str {
-        "layer-norm-f64-stats"
-    }
+impl CpuOp3 for NormOp {
+    const NAME: &'static str = "layer-norm-f64-stats";
+    const OPERANDS: [&'static str; 3] =
+        ["layer norm input", "layer norm weight", "layer norm bias"];
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, "layer norm input")?;
-        let w = f32_slice(s2, l2, "layer norm weight")?;
-        let b = f32_slice(s3, l3, "layer norm bias")?;
+    fn run(&self, [a1, a2, a3]: [Operand; 3]) -> Result<(Vec<f32>, Shape)> {
+        let (x, w, b) = (a1.data, a2.data, a3.data);
+        let (l1, _l2, _l3) = (a1.layout, a2.layout, a3.layout);
         let dims = l1.shape().dims();
         let channels = dims.get(self.dim).copied().unwrap_or(0);
         if channels == 0 || w.len() != channels || b.len() != channels {
@@ -273,7 +268,7 @@ impl CustomOp3 for NormOp {
         }
         let inner: usize = dims[self.dim + 1..].iter().product();
         if inner == 0 || x.is_empty() {
-            return Ok((CpuStorage::F32(vec![0f32; x.len()]), l1.shape().clone()));
+            return Ok((vec![0f32; x.len()], l1.shape().clone()));
         }
         let threads = threads();
         // Below ~32K elements per thread, spawning costs more than it saves.
@@ -287,7 +282,7 @@ impl CustomOp3 for NormOp {
                     self.row(i, o, w, b);
                 }
             });
-            return Ok((CpuStorage::F32(out), l1.shape().clone()));
+            return Ok((out, l1.shape().clone()));
         }
         // Channels-first: statistics per column (split over threads by column), then the output
         // row by row (split by channel rows).
@@ -335,7 +330,7 @@ impl CustomOp3 for NormOp {
                 normalize_row(o, src, &mean[stats.clone()], &den[stats], w[c], b[c]);
             }
         });
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        Ok((out, l1.shape().clone()))
     }
 }
 

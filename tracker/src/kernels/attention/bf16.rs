@@ -10,12 +10,12 @@
 //!
 //! Only CPUs with AVX512-BF16 run it ([`cpu::bf16`]); elsewhere callers get the exact f32 kernel.
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{DType, Result, Shape, Tensor};
 
 use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
 use crate::kernels::bf16::bf16_bits;
 use crate::kernels::cpu;
-use crate::kernels::{f32_slice, run_tasks_with, threads};
+use crate::kernels::{run_tasks_with, threads, CpuOp3, Op3, Operand};
 
 /// `softmax(q k^T * scale) v` with bf16 products (see the module docs): `q` `[N, H, Lq, D]`,
 /// `k`/`v` `[N, H, Lk, D]`. Falls back to the exact kernel where the CPU lacks AVX512-BF16,
@@ -31,9 +31,9 @@ pub fn scaled_dot_product_bf16(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -
     q.contiguous()?.apply_op3_no_bwd(
         &k.contiguous()?,
         &v.contiguous()?,
-        &FusedAttentionBf16 {
+        &Op3(FusedAttentionBf16 {
             scale: scale as f32,
-        },
+        }),
     )
 }
 
@@ -160,23 +160,13 @@ fn pack_values(v: &[f32], lk: usize, d: usize) -> Vec<u32> {
     out
 }
 
-impl CustomOp3 for FusedAttentionBf16 {
-    fn name(&self) -> &'static str {
-        "fused-attention-bf16"
-    }
+impl CpuOp3 for FusedAttentionBf16 {
+    const NAME: &'static str = "fused-attention-bf16";
+    const OPERANDS: [&'static str; 3] = ["attention queries", "attention keys", "attention values"];
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let q = f32_slice(s1, l1, "attention queries")?;
-        let k = f32_slice(s2, l2, "attention keys")?;
-        let v = f32_slice(s3, l3, "attention values")?;
+    fn run(&self, [a1, a2, a3]: [Operand; 3]) -> Result<(Vec<f32>, Shape)> {
+        let (q, k, v) = (a1.data, a2.data, a3.data);
+        let (l1, l2, l3) = (a1.layout, a2.layout, a3.layout);
         let (n, h, lq, d) = l1.shape().dims4()?;
         let (kn, kh, lk, kd) = l2.shape().dims4()?;
         if (kn, kh, kd) != (n, h, d)
@@ -196,7 +186,7 @@ impl CustomOp3 for FusedAttentionBf16 {
         let shape = Shape::from((n, h, lq, d));
         let mut out = crate::kernels::zeroed(n * h * lq * d);
         if out.is_empty() || lk == 0 {
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((out, shape));
         }
         let packed: Vec<PackedKeys> = (0..n * h)
             .map(|bh| {
@@ -218,7 +208,7 @@ impl CustomOp3 for FusedAttentionBf16 {
                 unsafe { attend_groups(&[(qt, &packed[bh])], tile, scratch, scale) };
             },
         );
-        Ok((CpuStorage::F32(out), shape))
+        Ok((out, shape))
     }
 }
 

@@ -3,10 +3,10 @@
 //! of image rows, scores against every head's keys, a softmax per head and the value-output
 //! product, in one CPU pass; beside the tensor-op form it must match ([`image_to_tokens_ops`]).
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{Result, Shape, Tensor};
 
 use crate::kernels::gemm::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, row_tiles, run_tasks_with, threads, zeroed};
+use crate::kernels::{row_tiles, run_tasks_with, threads, zeroed, CpuOp3, Op3, Operand};
 
 /// Query rows per task.
 const ROWS_PER_TASK: usize = 64;
@@ -24,7 +24,7 @@ pub(crate) fn image_to_tokens(
     x.contiguous()?.apply_op3_no_bwd(
         &m.contiguous()?,
         &p.contiguous()?,
-        &ImageToTokens { heads, keys },
+        &Op3(ImageToTokens { heads, keys }),
     )
 }
 
@@ -55,23 +55,17 @@ struct ImageToTokens {
     keys: usize,
 }
 
-impl CustomOp3 for ImageToTokens {
-    fn name(&self) -> &'static str {
-        "folded-image-to-token-attention"
-    }
+impl CpuOp3 for ImageToTokens {
+    const NAME: &'static str = "folded-image-to-token-attention";
+    const OPERANDS: [&'static str; 3] = [
+        "image-to-token queries",
+        "image-to-token folded keys",
+        "image-to-token folded values",
+    ];
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = f32_slice(s1, l1, "image-to-token queries")?;
-        let m = f32_slice(s2, l2, "image-to-token folded keys")?;
-        let p = f32_slice(s3, l3, "image-to-token folded values")?;
+    fn run(&self, [a1, a2, a3]: [Operand; 3]) -> Result<(Vec<f32>, Shape)> {
+        let (x, m, p) = (a1.data, a2.data, a3.data);
+        let (l1, l2, l3) = (a1.layout, a2.layout, a3.layout);
         let (n, lq, c) = l1.shape().dims3()?;
         let g = self.heads * self.keys;
         let (_, _, out_ch) = l3.shape().dims3()?;
@@ -86,7 +80,7 @@ impl CustomOp3 for ImageToTokens {
         let shape = Shape::from((n, lq, out_ch));
         let mut out = zeroed(n * lq * out_ch);
         if out.is_empty() || g == 0 {
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((out, shape));
         }
         let packed: Vec<(PackedB, PackedB)> = (0..n)
             .map(|b| {
@@ -131,7 +125,7 @@ impl CustomOp3 for ImageToTokens {
                 gemm_packed(rows, s, g, pv, 0..g, 0..out_ch, o, out_ch, true);
             },
         );
-        Ok((CpuStorage::F32(out), shape))
+        Ok((out, shape))
     }
 }
 

@@ -14,10 +14,10 @@ pub(crate) mod bf16;
 pub(crate) mod image_to_tokens;
 pub(crate) mod split_key;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
+use candle_core::{DType, Result, Shape, Tensor, D};
 
 use crate::kernels::gemm::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, run_tasks_with, threads};
+use crate::kernels::{run_tasks_with, threads, CpuOp3, Op3, Operand};
 
 /// `e^x` for `x <= 0` (Cephes `expf`: round to a power of two, degree-6 polynomial on the rest);
 /// relative error ~1e-7. Rounding uses the 1.5 * 2^23 trick so it needs no libm call.
@@ -62,9 +62,9 @@ pub fn scaled_dot_product(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Res
         return q.contiguous()?.apply_op3_no_bwd(
             &k.contiguous()?,
             &v.contiguous()?,
-            &FusedAttention {
+            &Op3(FusedAttention {
                 scale: scale as f32,
-            },
+            }),
         );
     }
     scaled_dot_product_unfused(q, k, v, scale)
@@ -95,23 +95,13 @@ struct Dims {
     scale: f32,
 }
 
-impl CustomOp3 for FusedAttention {
-    fn name(&self) -> &'static str {
-        "fused-attention"
-    }
+impl CpuOp3 for FusedAttention {
+    const NAME: &'static str = "fused-attention";
+    const OPERANDS: [&'static str; 3] = ["attention queries", "attention keys", "attention values"];
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let q = f32_slice(s1, l1, "attention queries")?;
-        let k = f32_slice(s2, l2, "attention keys")?;
-        let v = f32_slice(s3, l3, "attention values")?;
+    fn run(&self, [a1, a2, a3]: [Operand; 3]) -> Result<(Vec<f32>, Shape)> {
+        let (q, k, v) = (a1.data, a2.data, a3.data);
+        let (l1, l2, l3) = (a1.layout, a2.layout, a3.layout);
         let (n, h, lq, d) = l1.shape().dims4()?;
         let (kn, kh, lk, kd) = l2.shape().dims4()?;
         if (kn, kh, kd) != (n, h, d) || l3.shape().dims() != l2.shape().dims() {
@@ -126,7 +116,7 @@ impl CustomOp3 for FusedAttention {
         let len = n * h * lq * d;
         if len == 0 || lk == 0 {
             // No keys: the unfused path's product over an empty axis is zero as well.
-            return Ok((CpuStorage::F32(vec![0f32; len]), shape));
+            return Ok((vec![0f32; len], shape));
         }
         let dims = Dims {
             lk,
@@ -155,7 +145,7 @@ impl CustomOp3 for FusedAttention {
             // image): split the keys as well, then merge the partial softmaxes.
             let parts = (workers / tiles).clamp(2, lk.div_ceil(TILE_K));
             let out = attend_split_keys(q, &keys, &values, (n * h, lq), parts, dims)?;
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((out, shape));
         }
         // Tasks: disjoint output tiles of `tile_rows` queries, handed out dynamically (the
         // machine is shared). When the tiles divide every batch x head block, each is zeroed
@@ -172,7 +162,7 @@ impl CustomOp3 for FusedAttention {
                     attend_tile(qt, &keys[bh], &values[bh], tile, scores, stats, dims);
                 },
             );
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((out, shape));
         }
         let mut out = crate::kernels::zeroed(len);
         let tasks = crate::kernels::row_tiles(&mut out, lq, d, TILE_Q);
@@ -186,7 +176,7 @@ impl CustomOp3 for FusedAttention {
                 attend_tile(qt, &keys[bh], &values[bh], tile, scores, stats, dims);
             },
         );
-        Ok((CpuStorage::F32(out), shape))
+        Ok((out, shape))
     }
 }
 
@@ -480,7 +470,7 @@ mod tests {
         let op = FusedAttention {
             scale: scale as f32,
         };
-        q.apply_op3_no_bwd(k, v, &op)
+        q.apply_op3_no_bwd(k, v, &Op3(op))
     }
 
     fn check(n: usize, h: usize, lq: usize, lk: usize, d: usize, amp: f32) -> Result<()> {

@@ -4,11 +4,11 @@
 //! (`crate::model::memory_attention::cross_attention`); beside the tensor-op form it must match
 //! ([`split_key_attention_by_ops`]).
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{DType, Result, Shape, Tensor};
 
 use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
 use crate::kernels::gemm::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, run_tasks_with, threads};
+use crate::kernels::{run_tasks_with, threads, CpuOp3, Op3, Operand};
 
 /// `softmax([q k_rot^T, q_low k_low^T] * scale) v`.
 ///
@@ -101,7 +101,7 @@ fn split_keys(
         };
         return q
             .contiguous()?
-            .apply_op3_no_bwd(&q_low.contiguous()?, &kv, &op);
+            .apply_op3_no_bwd(&q_low.contiguous()?, &kv, &Op3(op));
     }
     split_key_attention_by_ops(q, q_low, k_rot, k_low, v, scale)
 }
@@ -147,23 +147,17 @@ struct Packed {
     v: PackedB,
 }
 
-impl CustomOp3 for SplitKeyOp {
-    fn name(&self) -> &'static str {
-        "split-key-attention"
-    }
+impl CpuOp3 for SplitKeyOp {
+    const NAME: &'static str = "split-key-attention";
+    const OPERANDS: [&'static str; 3] = [
+        "split-key attention queries",
+        "split-key attention low-rank queries",
+        "split-key attention keys and values",
+    ];
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let q = f32_slice(s1, l1, "split-key attention queries")?;
-        let ql = f32_slice(s2, l2, "split-key attention low-rank queries")?;
-        let kv = f32_slice(s3, l3, "split-key attention keys and values")?;
+    fn run(&self, [a1, a2, a3]: [Operand; 3]) -> Result<(Vec<f32>, Shape)> {
+        let (q, ql, kv) = (a1.data, a2.data, a3.data);
+        let (l1, l2, l3) = (a1.layout, a2.layout, a3.layout);
         let (bq, lq, d) = l1.shape().dims3()?;
         let (b, per_entry) = l3.shape().dims2()?;
         let Self { lr, lu, e, dv, .. } = *self;
@@ -174,7 +168,7 @@ impl CustomOp3 for SplitKeyOp {
         let shape = Shape::from((b, lq, dv));
         let len = b * lq * dv;
         if len == 0 {
-            return Ok((CpuStorage::F32(Vec::new()), shape));
+            return Ok((Vec::new(), shape));
         }
         if self.bf16 {
             return self.cpu_fwd_bf16(q, ql, kv, (bq, lq, d), b, per_entry);
@@ -209,14 +203,14 @@ impl CustomOp3 for SplitKeyOp {
                     let (entry, q0) = (i * tile_rows / lq, i * tile_rows % lq);
                     tile(s, entry, q0, out);
                 });
-            return Ok((CpuStorage::F32(out), shape));
+            return Ok((out, shape));
         }
         let mut out = crate::kernels::zeroed(len);
         let tasks = crate::kernels::row_tiles(&mut out, lq, dv, TILE_Q);
         run_tasks_with(tasks, threads(), scratch, |s, (entry, q0, out)| {
             tile(s, entry, q0, out)
         });
-        Ok((CpuStorage::F32(out), shape))
+        Ok((out, shape))
     }
 }
 
@@ -231,7 +225,7 @@ impl SplitKeyOp {
         (bq, lq, d): (usize, usize, usize),
         b: usize,
         per_entry: usize,
-    ) -> Result<(CpuStorage, Shape)> {
+    ) -> Result<(Vec<f32>, Shape)> {
         use crate::kernels::attention::bf16::{attend_groups, PackedKeys, Scratch};
         let Self { lr, lu, e, dv, .. } = *self;
         let packed: Vec<[PackedKeys; 2]> = (0..b)
@@ -265,7 +259,7 @@ impl SplitKeyOp {
                 unsafe { attend_groups(&[(qt, rot), (qlt, low)], out, s, scale) };
             },
         );
-        Ok((CpuStorage::F32(out), Shape::from((b, lq, dv))))
+        Ok((out, Shape::from((b, lq, dv))))
     }
 
     /// One query tile against both key groups: `q` `[rows, d]`, `ql` `[rows, e]`, `out`
