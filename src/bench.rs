@@ -36,6 +36,16 @@ post-process (full-resolution masks and boxes). GFLOP/s are 2 x counted multiply
 pub struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Model input sides to measure, comma-separated (each a multiple of 256 from 256 to 2048;
+    /// default: the checkpoint's own, 1024 for --random-weights): one block per size, the model
+    /// reloaded at each.
+    #[arg(
+        long = "input-size",
+        alias = "size",
+        value_name = "N,..",
+        value_delimiter = ','
+    )]
+    input_size: Vec<usize>,
     /// `synthetic` (generated 640x360 frames) or a folder of PNG/JPEG frames.
     #[arg(long, value_name = "synthetic|DIR", default_value = "synthetic")]
     input: String,
@@ -455,83 +465,100 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         std::env::set_var("RAYON_NUM_THREADS", t.to_string());
     }
     let threads = candle_core::utils::get_num_threads();
-    let mut model = crate::load_model(&args.model)?;
-    for &d in &dtypes {
-        if model.set_precision(d) != d {
-            bail!("--dtype {d}: not available here (the bf16 mode needs a CPU with AVX512-BF16)");
-        }
+    let sizes: Vec<Option<usize>> = if args.input_size.is_empty() {
+        vec![None]
+    } else {
+        args.input_size.iter().map(|&n| Some(n)).collect()
+    };
+    // Every size is checked before the first model loads (a typo fails at once, not after a
+    // long run at the sizes before it).
+    for &n in args.input_size.iter() {
+        edgetam::tracker::EdgeTamConfig::default().at_input_size(n)?;
     }
     let total = (args.warmup + args.frames) as usize;
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
-    let image_size = model.config().image_size;
     let runs = args.objects.len() * modes.len() * dtypes.len();
-    eprintln!(
-        "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} configuration(s) \
-         x ({} warm-up + {} measured frames)\ncpu: {}",
-        if input.synthetic() {
-            "synthetic"
-        } else {
-            "file"
-        },
-        runs,
-        args.warmup,
-        args.frames,
-        CpuInfo::read().describe()
-    );
-    let progress = ProgressBar::new((runs * total) as u64);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let cpu = CpuInfo::read().describe();
     let mut reports = Vec::new();
-    // Precisions innermost: compared configurations run back to back (the machine drifts).
-    for &objects in &args.objects {
-        for &ahead in &modes {
-            for &dtype in &dtypes {
-                model.set_precision(dtype);
-                let shared = Arc::new(model);
-                progress.set_message(format!(
-                    "{objects} object(s), {}, {dtype}",
-                    if ahead { "encoder-ahead" } else { "serial" }
-                ));
-                let run = Run {
-                    model: &shared,
-                    input: &input,
-                    warmup: args.warmup,
-                    frames: args.frames,
-                    progress: &progress,
-                };
-                let moved_before = edgetam::tracker::internals::transfer::snapshot();
-                let frames = if ahead {
-                    run.ahead(objects)?
-                } else {
-                    run.serial(objects)?
-                };
-                let moved = edgetam::tracker::internals::transfer::snapshot().since(&moved_before);
-                let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
-                let mut r = report(
-                    &shared,
-                    objects,
-                    ahead,
-                    dtype,
-                    threads,
-                    &args,
-                    &frames,
-                    measured,
-                    (fw, fh),
+    for size in sizes {
+        let mut model = crate::load_model(&args.model, size)?;
+        for &d in &dtypes {
+            if model.set_precision(d) != d {
+                bail!(
+                    "--dtype {d}: not available here (the bf16 mode needs a CPU with AVX512-BF16)"
                 );
-                if !shared.device().is_cpu() {
-                    r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
-                }
-                reports.push(r);
-                model = Arc::try_unwrap(shared)
-                    .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
             }
         }
+        let image_size = model.config().image_size;
+        eprintln!(
+            "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} \
+             configuration(s) x ({} warm-up + {} measured frames)\ncpu: {cpu}",
+            if input.synthetic() {
+                "synthetic"
+            } else {
+                "file"
+            },
+            runs,
+            args.warmup,
+            args.frames,
+        );
+        let progress = ProgressBar::new((runs * total) as u64);
+        progress.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let first = reports.len();
+        // Precisions innermost: compared configurations run back to back (the machine drifts).
+        for &objects in &args.objects {
+            for &ahead in &modes {
+                for &dtype in &dtypes {
+                    model.set_precision(dtype);
+                    let shared = Arc::new(model);
+                    progress.set_message(format!(
+                        "{image_size} input, {objects} object(s), {}, {dtype}",
+                        if ahead { "encoder-ahead" } else { "serial" }
+                    ));
+                    let run = Run {
+                        model: &shared,
+                        input: &input,
+                        warmup: args.warmup,
+                        frames: args.frames,
+                        progress: &progress,
+                    };
+                    let moved_before = edgetam::tracker::internals::transfer::snapshot();
+                    let frames = if ahead {
+                        run.ahead(objects)?
+                    } else {
+                        run.serial(objects)?
+                    };
+                    let moved =
+                        edgetam::tracker::internals::transfer::snapshot().since(&moved_before);
+                    let measured: f64 = frames.iter().map(|f| f.end_to_end_ms).sum::<f64>() / 1e3;
+                    let mut r = report(
+                        &shared,
+                        objects,
+                        ahead,
+                        dtype,
+                        threads,
+                        &args,
+                        &frames,
+                        measured,
+                        (fw, fh),
+                    );
+                    if !shared.device().is_cpu() {
+                        r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
+                    }
+                    reports.push(r);
+                    model = Arc::try_unwrap(shared)
+                        .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
+                }
+            }
+        }
+        progress.finish_and_clear();
+        print!("{}", render_blocks(&reports[first..]));
     }
-    progress.finish_and_clear();
-    print!("{}", render(&reports));
+    print!("{}", render_summary(&reports));
     let peak_rss = peak_rss_mib();
     if let Some(mib) = peak_rss {
         println!("peak RSS {mib:.0} MiB (whole run, model included)");
@@ -542,7 +569,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             "version": env!("CARGO_PKG_VERSION"),
             "input": if input.synthetic() { "synthetic".to_string() } else { args.input.clone() },
             "threads": threads,
-            "size": image_size,
+            // One size: its value (the format compare_bench.py reads); several: a list. Each
+            // configuration also carries its own `image_size`.
+            "size": match reports_sizes(&reports).as_slice() {
+                [one] => serde_json::json!(one),
+                all => serde_json::json!(all),
+            },
             "machine": machine(),
             "peak_rss_mib": peak_rss,
             "configs": reports,
@@ -727,7 +759,19 @@ fn mode_name(ahead: bool) -> &'static str {
 }
 
 /// The text report: one stage table per configuration, then a summary line per configuration.
-fn render(reports: &[ConfigReport]) -> String {
+/// The distinct input sizes of `reports`, in run order.
+fn reports_sizes(reports: &[ConfigReport]) -> Vec<usize> {
+    let mut sizes: Vec<usize> = Vec::new();
+    for r in reports {
+        if !sizes.contains(&r.image_size) {
+            sizes.push(r.image_size);
+        }
+    }
+    sizes
+}
+
+/// One stage table per configuration.
+fn render_blocks(reports: &[ConfigReport]) -> String {
     let mut s = String::new();
     for r in reports {
         let _ = writeln!(
@@ -807,16 +851,23 @@ fn render(reports: &[ConfigReport]) -> String {
             );
         }
     }
+    s
+}
+
+/// One line per configuration, every input size.
+fn render_summary(reports: &[ConfigReport]) -> String {
+    let mut s = String::new();
     let _ = writeln!(s, "\nsummary");
     let _ = writeln!(
         s,
-        "{:>7} {:<14} {:>6} {:>10} {:>10} {:>10} {:>8}",
-        "objects", "mode", "dtype", "p50 ms", "p95 ms", "max ms", "FPS"
+        "{:>5} {:>7} {:<14} {:>6} {:>10} {:>10} {:>10} {:>8}",
+        "size", "objects", "mode", "dtype", "p50 ms", "p95 ms", "max ms", "FPS"
     );
     for r in reports {
         let _ = writeln!(
             s,
-            "{:>7} {:<14} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>8.2}",
+            "{:>5} {:>7} {:<14} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>8.2}",
+            r.image_size,
             r.objects,
             mode_name(r.encoder_ahead),
             r.dtype,
@@ -842,7 +893,8 @@ fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {
         .iter()
         .map(|r| PlotSeries {
             name: format!(
-                "{} obj, {}, {}",
+                "{}, {} obj, {}, {}",
+                r.image_size,
                 r.objects,
                 mode_name(r.encoder_ahead),
                 r.dtype

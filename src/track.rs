@@ -19,7 +19,7 @@ use serde::Serialize;
 use edgetam::draw;
 use edgetam::natural_cmp;
 
-use crate::{image_size, load_model, open_image, read_rgb, save_mask_png, ModelArgs};
+use crate::{image_size, load_model, open_image, read_rgb, save_mask_png, InputSizeArg, ModelArgs};
 
 /// File extensions (any case) taken as frames.
 const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
@@ -43,6 +43,8 @@ frame was tracked. A prompt on a frame that cannot be read is an error. Errors e
 pub struct TrackArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    input_size: InputSizeArg,
     /// Folder of frames: PNG/JPEG files, tracked in natural name order.
     #[arg(long, value_name = "DIR")]
     frames: PathBuf,
@@ -334,7 +336,7 @@ pub fn track(args: TrackArgs) -> Result<()> {
     let frames = list_frames(&args.frames)?;
     let prompts = prepare_prompts(&args.prompts, &frames)?;
     let mut outputs = Outputs::create(&args)?;
-    let mut model = load_model(&args.model)?;
+    let mut model = load_model(&args.model, args.input_size.input_size)?;
     if model.set_precision(args.dtype) != args.dtype {
         anyhow::bail!(
             "--dtype {}: not available here (the bf16 mode needs a CPU with AVX512-BF16)",

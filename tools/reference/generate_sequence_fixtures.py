@@ -144,6 +144,21 @@ FIXTURES = {
         "scene_seed": 20, "prompt_seed": 1, "occlude": None, "stage": None,
         "max_bytes": 3_500_000,
     },
+    # The released checkpoint at the smaller input sizes (`--input-size`): the config is the
+    # 1024 one with every size derived from image_size, the weights are the same. Events as in
+    # sequence_256 without the refresh: obj 1 box and obj 2 points on frame 0, obj 3 mask on
+    # frame 5 (added mid-stream), a point for obj 1 on frame 9 (a second conditioning frame); the
+    # occluder makes objects absent for a stretch of tracked frames.
+    "sequence_512": {
+        "image_size": 512, "defaults": False, "width": 320, "height": 240, "num_frames": 12,
+        "scene_seed": 3, "prompt_seed": 0, "occlude": (0.55, 0.8), "refresh": False,
+        "stage": None, "max_bytes": 9_000_000,
+    },
+    "sequence_768": {
+        "image_size": 768, "defaults": False, "width": 288, "height": 224, "num_frames": 11,
+        "scene_seed": 6, "prompt_seed": 0, "occlude": (0.55, 0.85), "refresh": False,
+        "stage": None, "max_bytes": 12_000_000,
+    },
 }
 EXTRA_SEED = SEED + 77
 
@@ -319,7 +334,7 @@ def make_events(name: str, spec: dict, vis: torch.Tensor) -> tuple[list[dict], d
                     pts = [inner_point(visible[9, 0], g) + [1]]
                     ev.append({"type": "prompt", "frame": 9, "obj": 1, "points": pts})
                 track(f)
-                if f == 12:
+                if f == 12 and spec.get("refresh", True):
                     pts = [inner_point(visible[12, 1], g) + [1]]
                     if spec.get("refresh_points"):
                         # With the random weights every click inside the shape leaves obj 2 absent

@@ -17,6 +17,9 @@ pub enum Error {
     /// `config.json` is malformed or describes a model this crate does not implement.
     #[error("invalid model config {path}: {message}")]
     Config { path: PathBuf, message: String },
+    /// A requested model input size the model cannot run at.
+    #[error("input size {size} is not supported: it must be {rule}")]
+    InputSize { size: usize, rule: String },
     /// A weight file is truncated, corrupt or not a checkpoint.
     #[error("cannot load weights from {path}: {message}")]
     WeightFile { path: PathBuf, message: String },

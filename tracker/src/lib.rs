@@ -45,7 +45,7 @@ pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
 pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
-pub use model::config::EdgeTamConfig;
+pub use model::config::{EdgeTamConfig, MAX_INPUT_SIZE, MIN_INPUT_SIZE};
 
 /// The model configuration (`config.json`, transformers' `EdgeTamVideoConfig`) and its parts.
 pub mod config {
@@ -55,7 +55,8 @@ pub mod config {
     };
 }
 pub use model::edgetam::{
-    mask_area_and_box, EdgeTam, ImageEmbedding, MultimaskMode, Segmentation, NO_OBJECT_SCORE,
+    mask_area_and_box, EdgeTam, ImageEmbedding, LoadOptions, MultimaskMode, Segmentation,
+    NO_OBJECT_SCORE,
 };
 pub use model::hub::{resolve_model, HubError, ModelSource};
 pub use model::precision::Precision;

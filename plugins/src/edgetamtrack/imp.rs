@@ -162,12 +162,26 @@ impl EdgeTamTrack {
             return Err(StartError::NoAnalytics);
         }
         let precision = settings.precision;
-        let key = ModelKey::new(&path, &settings.device, precision);
+        let input_size = (settings.input_size != 0).then_some(settings.input_size as usize);
+        let mut options = edgetam_tracker::LoadOptions::default();
+        if let Some(n) = input_size {
+            // The rule is checked before a model loads (or another element's is shared).
+            edgetam_tracker::EdgeTamConfig::default()
+                .at_input_size(n)
+                .map_err(|source| StartError::Model {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            options = options.input_size(n);
+        }
+        let key = ModelKey::new(&path, &settings.device, precision, input_size);
         let t = Instant::now();
         let (model, shared) = shared_model::get_or_load(key, || {
-            let mut model = EdgeTam::load(&path, &device).map_err(|source| StartError::Model {
-                path: path.display().to_string(),
-                source,
+            let mut model = EdgeTam::load_with(&path, &device, &options).map_err(|source| {
+                StartError::Model {
+                    path: path.display().to_string(),
+                    source,
+                }
             })?;
             if model.set_precision(precision.into()) != precision.into() {
                 return Err(StartError::Precision(format!(

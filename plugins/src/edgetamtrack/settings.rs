@@ -17,11 +17,14 @@ pub const DEFAULT_POST_MESSAGES: bool = false;
 pub const DEFAULT_MATCH_IOU: f64 = 0.3;
 pub const DEFAULT_RESEED_AFTER: u32 = 5;
 pub const DEFAULT_MIN_CONFIDENCE: f64 = 0.0;
+/// 0: the checkpoint's own input size.
+pub const DEFAULT_INPUT_SIZE: u32 = 0;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub model: Option<String>,
     pub device: String,
+    pub input_size: u32,
     pub prompts: Option<String>,
     pub encoder_ahead: bool,
     pub max_in_flight: u32,
@@ -43,6 +46,7 @@ impl Default for Settings {
         Self {
             model: None,
             device: DEFAULT_DEVICE.into(),
+            input_size: DEFAULT_INPUT_SIZE,
             prompts: None,
             encoder_ahead: DEFAULT_ENCODER_AHEAD,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
@@ -77,6 +81,7 @@ impl Settings {
         match name {
             "model" => self.model = string(),
             "device" => self.device = string().unwrap_or_else(|| DEFAULT_DEVICE.into()),
+            "input-size" => self.input_size = value.get().unwrap_or(DEFAULT_INPUT_SIZE),
             "prompts" => self.prompts = string(),
             "encoder-ahead" => self.encoder_ahead = value.get().unwrap_or(DEFAULT_ENCODER_AHEAD),
             "max-in-flight" => self.max_in_flight = value.get().unwrap_or(DEFAULT_MAX_IN_FLIGHT),
@@ -101,6 +106,7 @@ impl Settings {
         Some(match name {
             "model" => self.model.to_value(),
             "device" => self.device.to_value(),
+            "input-size" => self.input_size.to_value(),
             "prompts" => self.prompts.to_value(),
             "encoder-ahead" => self.encoder_ahead.to_value(),
             "max-in-flight" => self.max_in_flight.to_value(),
@@ -125,13 +131,21 @@ pub fn properties() -> Vec<glib::ParamSpec> {
     vec![
         glib::ParamSpecString::builder("model")
             .nick("Model")
-            .blurb("EdgeTAM model, loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache); elements with the same model, device and precision share one copy")
+            .blurb("EdgeTAM model, loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache); elements with the same model, device, precision and input size share one copy")
             .mutable_ready()
             .build(),
         glib::ParamSpecString::builder("device")
             .nick("Device")
             .blurb("Compute device: cpu or cuda:N")
             .default_value(Some(DEFAULT_DEVICE))
+            .mutable_ready()
+            .build(),
+        glib::ParamSpecUInt::builder("input-size")
+            .nick("Input size")
+            .blurb("Model input side: 0 = the checkpoint's own (1024 for the released EdgeTAM), or a multiple of 256 from 256 to 2048 (the same weights; 512 is about 4x faster than 1024 and less accurate); checked when the element starts")
+            .minimum(0)
+            .maximum(edgetam_tracker::MAX_INPUT_SIZE as u32)
+            .default_value(DEFAULT_INPUT_SIZE)
             .mutable_ready()
             .build(),
         glib::ParamSpecString::builder("prompts")

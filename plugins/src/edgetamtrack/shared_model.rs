@@ -1,4 +1,5 @@
-//! One loaded model per process: elements with the same model file, device and precision share
+//! One loaded model per process: elements with the same model file, device, precision and input
+//! size share
 //! it (four cameras in one application hold one copy of the weights); each element keeps its
 //! own tracking state.
 
@@ -15,14 +16,22 @@ pub struct ModelKey {
     pub path: PathBuf,
     pub device: String,
     pub precision: super::Precision,
+    /// The requested model input size (`None`: the checkpoint's own).
+    pub input_size: Option<usize>,
 }
 
 impl ModelKey {
-    pub fn new(path: &Path, device: &str, precision: super::Precision) -> Self {
+    pub fn new(
+        path: &Path,
+        device: &str,
+        precision: super::Precision,
+        input_size: Option<usize>,
+    ) -> Self {
         Self {
             path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
             device: device.trim().to_owned(),
             precision,
+            input_size,
         }
     }
 }

@@ -8,7 +8,7 @@ pub(crate) fn bf16_bits(x: f32) -> u32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{interleave_bf16, to_bf16_pairs};
+pub(crate) use x86::{interleave_bf16, interleave_bf16_split, to_bf16_pairs};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -34,6 +34,44 @@ mod x86 {
             let b = src.get(i + 1).copied().unwrap_or(0.0);
             dst[i / 2] = super::bf16_bits(src[i]) | (super::bf16_bits(b) << 16);
             i += 2;
+        }
+    }
+
+    /// [`interleave_bf16`] of `a` and `b` into `heads`, and of what the rounding left
+    /// (`a - head`, `b - head`, rounded to bf16 in turn) into `tails`: the operands of the split
+    /// (f32-accurate) products. Same length for all four.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(crate) unsafe fn interleave_bf16_split(
+        a: &[f32],
+        b: &[f32],
+        heads: &mut [u32],
+        tails: &mut [u32],
+    ) {
+        let idx = _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
+        );
+        let n = heads.len().min(tails.len()).min(a.len()).min(b.len());
+        let mut i = 0;
+        while i < n {
+            let valid = (n - i).min(16);
+            let mask: __mmask16 = if valid == 16 {
+                0xffff
+            } else {
+                (1u16 << valid) - 1
+            };
+            let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
+            let vb = _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i));
+            let (ha, hb) = (_mm512_cvtneps_pbh(va), _mm512_cvtneps_pbh(vb));
+            let ta = _mm512_sub_ps(va, _mm512_cvtpbh_ps(ha));
+            let tb = _mm512_sub_ps(vb, _mm512_cvtpbh_ps(hb));
+            let head = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(vb, va));
+            let tail = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(tb, ta));
+            let dst = heads.as_mut_ptr().add(i).cast();
+            _mm512_mask_storeu_epi32(dst, mask, _mm512_permutexvar_epi16(idx, head));
+            let dst = tails.as_mut_ptr().add(i).cast();
+            _mm512_mask_storeu_epi32(dst, mask, _mm512_permutexvar_epi16(idx, tail));
+            i += 16;
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use candle_nn::Linear;
 
+use crate::kernels::amx::AlignedPairs;
 use crate::kernels::cpu;
 use crate::kernels::linear::{mlp_op, MlpWidths, PackedLinear, MLP_ROWS_PER_TASK};
 use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with};
@@ -21,8 +22,8 @@ const ROWS_PER_TASK: usize = 64;
 /// A linear layer's weight and bias, prepared for bf16 products.
 #[derive(Debug)]
 pub struct Bf16Linear {
-    /// `[in/2][out]` pairs (see the module docs).
-    packed: Vec<u32>,
+    /// `[in/2][out]` pairs (see the module docs), on a cache-line boundary for the tile loads.
+    packed: AlignedPairs,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
@@ -43,10 +44,11 @@ impl Bf16Linear {
             return Ok(None);
         }
         let w: Vec<f32> = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let mut packed = vec![0u32; inputs / 2 * outputs];
+        let mut packed = AlignedPairs::zeroed(inputs / 2 * outputs);
+        let pairs = packed.as_mut_slice();
         for o in 0..outputs {
             for kp in 0..inputs / 2 {
-                packed[kp * outputs + o] = crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp])
+                pairs[kp * outputs + o] = crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp])
                     | (crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp + 1]) << 16);
             }
         }
@@ -116,15 +118,15 @@ impl CustomOp1 for FusedReluMlpBf16<'_> {
                 let width = inputs.max(hidden) / 2;
                 (
                     vec![0f32; MLP_ROWS_PER_TASK * hidden],
-                    vec![0u32; MLP_ROWS_PER_TASK * width],
+                    AlignedPairs::zeroed(MLP_ROWS_PER_TASK * width),
                 )
             },
             |(h, pairs), xs, o| {
                 let n = o.len() / outputs;
                 let h = &mut h[..n * hidden];
-                self.up.rows(xs, pairs, h);
+                self.up.rows(xs, pairs.as_mut_slice(), h);
                 h.iter_mut().for_each(|v| *v = v.max(0.0));
-                self.down.rows(h, pairs, o);
+                self.down.rows(h, pairs.as_mut_slice(), o);
             },
         )
     }
@@ -147,11 +149,12 @@ impl CustomOp1 for Bf16Linear {
             out = output_in_chunks_with(
                 rows * self.outputs,
                 ROWS_PER_TASK * self.outputs,
-                || vec![0u32; ROWS_PER_TASK * self.inputs / 2],
+                || AlignedPairs::zeroed(ROWS_PER_TASK * self.inputs / 2),
                 |pairs, t, o| {
                     let r0 = t * ROWS_PER_TASK;
                     let n = o.len() / self.outputs;
-                    self.rows(&x[r0 * self.inputs..(r0 + n) * self.inputs], pairs, o);
+                    let x = &x[r0 * self.inputs..(r0 + n) * self.inputs];
+                    self.rows(x, pairs.as_mut_slice(), o);
                 },
             );
         }
@@ -164,6 +167,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Bf16Linear;
+    use crate::kernels::amx;
     use crate::kernels::bf16::to_bf16_pairs;
 
     /// `out[r][o] = bias[o] + sum_kp x[r][kp] . w[kp][o]` for `R` rows and `C` blocks of 16
@@ -183,7 +187,7 @@ mod x86 {
             }
         }
         for kp in 0..kpairs {
-            let base = l.packed.as_ptr().add(kp * n + b0 * 16);
+            let base = l.packed.as_slice().as_ptr().add(kp * n + b0 * 16);
             let mut b = [_mm512_setzero_si512(); C];
             for (c, bc) in b.iter_mut().enumerate() {
                 *bc = _mm512_loadu_si512(base.add(c * 16).cast());
@@ -204,18 +208,40 @@ mod x86 {
         }
     }
 
-    /// All outputs of the rows `x` (`rows x inputs`) into `out` (`rows x outputs`).
+    /// All outputs of the rows `x` (`rows x inputs`) into `out` (`rows x outputs`): whole
+    /// groups of 16 rows as AMX tile products where the CPU has them, the rest here.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn rows(l: &Bf16Linear, x: &[f32], pairs: &mut [u32], out: &mut [f32]) {
         let rows = out.len() / l.outputs;
         let kpairs = l.inputs / 2;
         to_bf16_pairs(x, pairs);
+        let mut first = 0;
+        if amx::available() && kpairs.is_multiple_of(amx::TILE) {
+            first = rows / amx::TILE * amx::TILE;
+            for row in out[..first * l.outputs].chunks_exact_mut(l.outputs) {
+                row.copy_from_slice(&l.bias);
+            }
+            // SAFETY: `pairs` holds `rows x kpairs` (the first `first` rows used), the packed
+            // weight `kpairs x outputs` (`outputs` a multiple of 16, see `Bf16Linear::new`),
+            // `out` `rows x outputs`; `amx::available()`.
+            unsafe {
+                amx::gemm(
+                    pairs.as_ptr(),
+                    kpairs,
+                    l.packed.as_slice().as_ptr(),
+                    l.outputs,
+                    out.as_mut_ptr(),
+                    l.outputs,
+                    (first, l.outputs, kpairs),
+                );
+            }
+        }
         let blocks = l.outputs / 16;
         // Output blocks outermost: a 4-block weight panel stays in L2 across the row groups.
         let mut b = 0;
         while b < blocks {
             let bb = (blocks - b).min(4);
-            let mut r = 0;
+            let mut r = first;
             while r < rows {
                 let rr = (rows - r).min(4);
                 let xp = &pairs[r * kpairs..];

@@ -6,6 +6,7 @@
 //! [`gelu`], [`rope`], [`resize`], [`mask_input`] and [`layout`] fuse what comes around them.
 //! Nothing here is public outside the crate.
 
+pub(crate) mod amx;
 pub(crate) mod attention;
 pub(crate) mod bf16;
 pub(crate) mod conv;

@@ -10,6 +10,13 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+/// Smallest model input side [`EdgeTamConfig::at_input_size`] accepts: one perceiver window per
+/// memory-grid cell.
+pub const MIN_INPUT_SIZE: usize = 256;
+/// Largest model input side [`EdgeTamConfig::at_input_size`] accepts: 4x the released size's
+/// pixels already makes each tracked frame's self-attention 16x as long.
+pub const MAX_INPUT_SIZE: usize = 2048;
+
 /// The whole EdgeTAM video model config.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
@@ -314,14 +321,56 @@ impl EdgeTamConfig {
     /// The default (released EdgeTAM) config with every size derived from `image_size`.
     pub fn with_image_size(image_size: usize) -> Result<Self> {
         let mut cfg = Self::default();
-        let s = image_size;
-        cfg.image_size = s;
-        cfg.prompt_encoder_config.image_size = s;
-        cfg.vision_config.backbone_feature_sizes =
-            vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
-        cfg.memory_attention_rope_feat_sizes = [s / 16, s / 16];
+        cfg.derive_sizes(image_size);
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// This config at another model input size: the same weights (the checkpoint has no
+    /// size-dependent parameter), with every size-derived value following `size`: the backbone's
+    /// feature sizes, the prompt encoder's coordinate scale and the memory attention's RoPE grid.
+    /// Position encodings and tables are computed from these when the model is built.
+    ///
+    /// `size` must be a multiple of [`Self::input_size_step`] (256 for EdgeTAM: the spatial
+    /// perceiver pools its 16x16 grid of 2-D latents from windows of the `size/16` memory grid)
+    /// between [`MIN_INPUT_SIZE`] and [`MAX_INPUT_SIZE`]; anything else is
+    /// [`Error::InputSize`] naming the rule.
+    pub fn at_input_size(&self, size: usize) -> Result<Self> {
+        let step = self.input_size_step();
+        if !(MIN_INPUT_SIZE..=MAX_INPUT_SIZE).contains(&size) || !size.is_multiple_of(step) {
+            return Err(Error::InputSize {
+                size,
+                rule: format!(
+                    "a multiple of {step} from {MIN_INPUT_SIZE} to {MAX_INPUT_SIZE} (the memory \
+                     grid, size/{}, must split into the spatial perceiver's windows; the released \
+                     model runs at 1024, faster at 768 or 512)",
+                    self.prompt_encoder_config.patch_size
+                ),
+            });
+        }
+        let mut cfg = self.clone();
+        cfg.derive_sizes(size);
+        cfg.validate()?;
+        cfg.check_tracking()?;
+        Ok(cfg)
+    }
+
+    /// The granularity of input sizes that can track: the patch size (16) times the perceiver's
+    /// 2-D latents per side (16), so 256 for EdgeTAM.
+    pub fn input_size_step(&self) -> usize {
+        let per_side = (self.perceiver_resampler_num_latents_2d as f64)
+            .sqrt()
+            .round() as usize;
+        self.prompt_encoder_config.patch_size.max(1) * per_side.max(1)
+    }
+
+    /// Sets `image_size` and every size derived from it, as transformers' config does.
+    fn derive_sizes(&mut self, s: usize) {
+        self.image_size = s;
+        self.prompt_encoder_config.image_size = s;
+        self.vision_config.backbone_feature_sizes =
+            vec![[s / 4, s / 4], [s / 8, s / 8], [s / 16, s / 16]];
+        self.memory_attention_rope_feat_sizes = [s / 16, s / 16];
     }
 
     fn validate(&self) -> Result<()> {

@@ -12,7 +12,7 @@ use crate::kernels::conv::depthwise::Depthwise;
 use crate::kernels::conv::pointwise::{
     applies as fused_ok, pointwise, pointwise_reference, Epilogue, PointwiseWeights,
 };
-use crate::kernels::conv::pointwise_bf16::PackedWeight;
+use crate::kernels::conv::pointwise_bf16::{PackedWeight, Rounding};
 use crate::kernels::gelu::gelu;
 use crate::kernels::norm::HostNorm;
 
@@ -82,15 +82,26 @@ impl Pointwise {
     /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
     /// input width, tiny spatial sizes, or a CPU without AVX512-BF16).
     pub(crate) fn set_bf16(&mut self, on: bool) {
+        self.set_rounding(on.then_some(Rounding::Bf16));
+    }
+
+    /// The products' input rounding: `None` exact f32, else bf16 or split (f32-accurate, AMX
+    /// only); stays exact where the kernel does not apply. Whether it applied.
+    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) -> bool {
         let (out_ch, in_ch) = (
             self.host_bias.len(),
             self.host_weight.len() / self.host_bias.len().max(1),
         );
-        self.bf16 = if on {
-            PackedWeight::new(&self.host_weight, out_ch, in_ch).map(std::sync::Arc::new)
-        } else {
-            None
-        };
+        self.bf16 = rounding.and_then(|r| {
+            PackedWeight::with_rounding(&self.host_weight, out_ch, in_ch, r)
+                .map(std::sync::Arc::new)
+        });
+        self.bf16.is_some() == rounding.is_some()
+    }
+
+    /// The products' input rounding (`None`: exact f32).
+    pub(crate) fn rounding(&self) -> Option<Rounding> {
+        self.bf16.as_ref().map(|w| w.rounding())
     }
 
     /// `next(self(x))` as one 1x1 conv: `W = W_next W_self`, `b = W_next b_self + b_next`
@@ -110,8 +121,8 @@ impl Pointwise {
         let weight = w2.matmul(&w1)?.to_dtype(DType::F32)?;
         let bias = (w2.matmul(&b1)? + b2)?.to_dtype(DType::F32)?;
         let mut composed = Pointwise::new(&weight, &bias)?;
-        if self.bf16.is_some() || next.bf16.is_some() {
-            composed.set_bf16(true);
+        if let Some(r) = self.rounding().or(next.rounding()) {
+            composed.set_rounding(Some(r));
         }
         Ok(composed)
     }
@@ -296,12 +307,17 @@ impl Dense {
     /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
     /// `in * k * k`, or no AVX512-BF16).
     pub(crate) fn set_bf16(&mut self, on: bool) {
+        self.set_rounding(on.then_some(Rounding::Bf16));
+    }
+
+    /// As [`Pointwise::set_rounding`].
+    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) -> bool {
         let kk = self.in_ch * self.k * self.k;
-        self.bf16 = if on {
-            PackedWeight::new(&self.host_weight, self.host_bias.len(), kk).map(std::sync::Arc::new)
-        } else {
-            None
-        };
+        self.bf16 = rounding.and_then(|r| {
+            PackedWeight::with_rounding(&self.host_weight, self.host_bias.len(), kk, r)
+                .map(std::sync::Arc::new)
+        });
+        self.bf16.is_some() == rounding.is_some()
     }
 
     /// A `k x k` convolution with bias from `weight` `[out, in, k, k]` and `bias` `[out]`.

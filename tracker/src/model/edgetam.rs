@@ -102,6 +102,33 @@ pub enum MultimaskMode {
     Off,
 }
 
+/// How to load a model ([`EdgeTam::load_with`]); the default loads the checkpoint as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Side of the square model input, overriding the checkpoint's `image_size` (1024 for the
+    /// released EdgeTAM) without touching its `config.json`: the weights do not depend on it,
+    /// every size-derived shape and table follows it. A multiple of 256 from 256 to 2048
+    /// ([`EdgeTamConfig::at_input_size`]); smaller is faster and less accurate.
+    pub input_size: Option<usize>,
+}
+
+impl LoadOptions {
+    /// Runs the model at `size` instead of the checkpoint's own input size.
+    pub fn input_size(mut self, size: usize) -> Self {
+        self.input_size = Some(size);
+        self
+    }
+
+    /// The checkpoint's config with these options applied.
+    pub fn apply(&self, config: EdgeTamConfig) -> Result<EdgeTamConfig> {
+        match self.input_size {
+            Some(size) => config.at_input_size(size),
+            None => Ok(config),
+        }
+    }
+}
+
 /// The EdgeTAM model for single-frame segmentation.
 pub struct EdgeTam {
     config: EdgeTamConfig,
@@ -145,12 +172,33 @@ impl EdgeTam {
     /// the path from [`ModelSource`](crate::ModelSource) (or
     /// [`resolve_model`](crate::resolve_model)) first.
     pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        Self::load_with(path, device, &LoadOptions::default())
+    }
+
+    /// [`Self::load`] with options, e.g. another model input size:
+    ///
+    /// ```no_run
+    /// # fn main() -> edgetam_tracker::Result<()> {
+    /// use edgetam_tracker::{EdgeTam, LoadOptions};
+    /// let options = LoadOptions::default().input_size(512);
+    /// let model = EdgeTam::load_with("/models/edgetam", &candle_core::Device::Cpu, &options)?;
+    /// assert_eq!(model.config().image_size, 512);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The size is checked before the weights are read.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        device: &Device,
+        options: &LoadOptions,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let (config_path, weights_path) = resolve_model_paths(path)?;
         let config = match config_path {
             Some(p) => EdgeTamConfig::from_file(p)?,
             None => EdgeTamConfig::default(),
         };
+        let config = options.apply(config)?;
         let weights = Weights::load(&weights_path, device)?;
         Self::from_weights(config, &weights, device)
     }
@@ -239,7 +287,8 @@ impl EdgeTam {
             crate::Precision::F32 => crate::Precision::F32,
         };
         let on = effective == crate::Precision::Bf16;
-        // The image encoder's first two backbone stages stay f32 (see `BF16_FIRST_STAGE`).
+        // The image encoder takes split (f32-accurate) products where AMX runs them, else
+        // stays exact (see `ImageEncoder::set_bf16`).
         self.image_encoder.set_bf16(on);
         self.video.memory_encoder.set_bf16(on);
         if let Err(e) = self.video.memory_attention.set_bf16_products(on) {

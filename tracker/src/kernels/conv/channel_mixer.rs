@@ -19,7 +19,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use super::pointwise_bf16::{accumulate_block, block_scratch, PackedWeight};
+use super::pointwise_bf16::{accumulate_block, BlockScratch, PackedWeight};
 use crate::kernels::gelu::gelu_slice;
 use crate::kernels::gemm::{packed_unchecked, PackedB};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
@@ -67,7 +67,7 @@ struct Scratch {
     /// The token mixer's output block `c x COLS` (only with a token mixer).
     t: Vec<f32>,
     /// bf16 pairs of a product's input block (only in the bf16 mode).
-    pairs: Vec<u32>,
+    pairs: BlockScratch,
 }
 
 impl ChannelMixer<'_> {
@@ -82,7 +82,7 @@ impl ChannelMixer<'_> {
         &self,
         first: bool,
         k: usize,
-        (packed, pairs): (&mut PackedB, &mut [u32]),
+        (packed, pairs): (&mut PackedB, &mut BlockScratch),
         x: &[f32],
         ld_x: usize,
         w: usize,
@@ -196,9 +196,9 @@ impl CustomOp2 for ChannelMixer<'_> {
                     }
                 ],
                 pairs: if self.bf16.is_some() {
-                    block_scratch(c.max(hid), COLS)
+                    BlockScratch::new(c.max(hid), COLS)
                 } else {
-                    Vec::new()
+                    BlockScratch::default()
                 },
             },
             |s, group: std::ops::Range<usize>| {

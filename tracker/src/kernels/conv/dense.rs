@@ -106,8 +106,8 @@ impl CustomOp1 for DenseOp<'_> {
                     let mut packed =
                         PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK);
                     let mut pairs = match bf16 {
-                        Some(_) => super::pointwise_bf16::block_scratch(kk, DENSE_CHUNK),
-                        None => Vec::new(),
+                        Some(_) => super::pointwise_bf16::BlockScratch::new(kk, DENSE_CHUNK),
+                        None => Default::default(),
                     };
                     let mut block = vec![0f32; out_ch * LDC];
                     for job in (t..jobs).step_by(threads) {

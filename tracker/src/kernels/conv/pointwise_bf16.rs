@@ -7,7 +7,7 @@
 //! sit in registers; each worker owns a range of pixels, so its slice of the packed input stays
 //! in cache while every output channel reads it.
 
-use crate::kernels::bf16::bf16_bits;
+use crate::kernels::amx::{self, AlignedPairs};
 
 /// Pixels per task of [`conv`] (a multiple of 64): its local output block (`out x 256`
 /// floats, 256 KiB at 256 channels) stays in L2.
@@ -21,37 +21,106 @@ const LOCAL_STRIDE: usize = PIXELS_PER_TASK + 16;
 /// BENCHMARKS.md, "Kernel notes").
 const K_PAIRS: usize = 96;
 
+/// How a [`PackedWeight`]'s products round their inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rounding {
+    /// Inputs rounded to bf16 (relative error ~2^-9 per value).
+    Bf16,
+    /// Inputs split into bf16 head + tail, three products (see [`amx::gemm_split`]): close to
+    /// f32 accuracy; only where AMX runs it.
+    Split,
+}
+
 /// A 1x1 convolution's weight `[out, in]` as bf16 channel pairs, `in` even.
 #[derive(Debug)]
 pub(crate) struct PackedWeight {
+    /// Heads, `[out][in/2]`.
     pairs: Vec<u32>,
+    /// Tails, `[out][in/2]` ([`Rounding::Split`] only).
+    tails: Option<Vec<u32>>,
+    /// The same rows padded to whole tiles of input pairs, on cache-line boundaries, where AMX
+    /// runs the products.
+    amx: Option<AmxWeight>,
     pub(crate) out_ch: usize,
     pub(crate) in_ch: usize,
 }
 
+/// [`PackedWeight`] rows for the tile products: `[out][kp16]` pairs, `kp16` the input pairs
+/// rounded up to a tile (zeros past `in/2`).
+#[derive(Debug)]
+struct AmxWeight {
+    heads: AlignedPairs,
+    tails: Option<AlignedPairs>,
+    kp16: usize,
+}
+
 impl PackedWeight {
-    /// `None` when the kernel does not apply (odd input width, or no AVX512-BF16).
-    pub(crate) fn new(weight: &[f32], out_ch: usize, in_ch: usize) -> Option<Self> {
+    /// `None` when the kernel does not apply (odd input width, or no AVX512-BF16), and for
+    /// [`Rounding::Split`] without AMX (three AVX-512 bf16 products would be slower than the
+    /// exact f32 kernels).
+    pub(crate) fn with_rounding(
+        weight: &[f32],
+        out_ch: usize,
+        in_ch: usize,
+        rounding: Rounding,
+    ) -> Option<Self> {
         if !crate::kernels::cpu::bf16()
             || in_ch == 0
             || !in_ch.is_multiple_of(2)
             || weight.len() != out_ch * in_ch
+            || (rounding == Rounding::Split && !amx::available())
         {
             return None;
         }
-        let mut pairs = Vec::with_capacity(out_ch * in_ch / 2);
-        for o in 0..out_ch {
-            let row = &weight[o * in_ch..(o + 1) * in_ch];
-            pairs.extend(
-                row.chunks_exact(2)
-                    .map(|p| bf16_bits(p[0]) | (bf16_bits(p[1]) << 16)),
-            );
+        let kp = in_ch / 2;
+        let split = rounding == Rounding::Split;
+        let mut pairs = Vec::with_capacity(out_ch * kp);
+        let mut tails = Vec::with_capacity(if split { out_ch * kp } else { 0 });
+        for row in weight.chunks_exact(in_ch) {
+            for p in row.chunks_exact(2) {
+                // The head is `bf16_bits` of the value: the same pairs as the bf16 rounding.
+                let ((h0, t0), (h1, t1)) = (amx::split_bits(p[0]), amx::split_bits(p[1]));
+                pairs.push(h0 | (h1 << 16));
+                if split {
+                    tails.push(t0 | (t1 << 16));
+                }
+            }
         }
+        let tails = split.then_some(tails);
+        let amx = amx::available().then(|| {
+            let kp16 = amx::round_up(kp);
+            let pad = |src: &[u32]| {
+                let mut rows = AlignedPairs::zeroed(out_ch * kp16);
+                for (dst, src) in rows
+                    .as_mut_slice()
+                    .chunks_exact_mut(kp16)
+                    .zip(src.chunks_exact(kp))
+                {
+                    dst[..kp].copy_from_slice(src);
+                }
+                rows
+            };
+            AmxWeight {
+                heads: pad(&pairs),
+                tails: tails.as_deref().map(pad),
+                kp16,
+            }
+        });
         Some(Self {
             pairs,
+            tails,
+            amx,
             out_ch,
             in_ch,
         })
+    }
+
+    /// How the products round their inputs.
+    pub(crate) fn rounding(&self) -> Rounding {
+        match self.tails {
+            Some(_) => Rounding::Split,
+            None => Rounding::Bf16,
+        }
     }
 }
 
@@ -92,7 +161,7 @@ pub(crate) fn conv(
         crate::kernels::threads(),
         || {
             (
-                block_scratch(ic, PIXELS_PER_TASK),
+                BlockScratch::new(ic, PIXELS_PER_TASK),
                 vec![0f32; oc * LOCAL_STRIDE],
             )
         },
@@ -145,29 +214,56 @@ pub(crate) fn conv(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::PackedWeight;
-    use crate::kernels::bf16::interleave_bf16;
+    use super::{BlockScratch, PackedWeight};
+    use crate::kernels::amx;
+    use crate::kernels::bf16::{interleave_bf16, interleave_bf16_split};
 
-    /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs (`ic/2`
-    /// rows of `n64` lanes, `n64 = n` rounded up to 16, padded with zeros).
+    /// Packs the first `n` pixels of the `ic` planes (`ld` apart) into channel pairs: `ic/2`
+    /// rows of `stride` lanes (`n` rounded up to 16, padded with zeros), then zero rows up to
+    /// `rows`; with `tails`, their bf16 tails too.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn pack(x: &[f32], ld: usize, ic: usize, n: usize, out: &mut [u32]) {
+    unsafe fn pack(
+        x: &[f32],
+        ld: usize,
+        ic: usize,
+        n: usize,
+        rows: usize,
+        heads: &mut [u32],
+        mut tails: Option<&mut [u32]>,
+    ) {
         let stride = n.div_ceil(16) * 16;
-        for (cp, row) in out.chunks_mut(stride).enumerate().take(ic / 2) {
-            let (body, tail) = row.split_at_mut(n);
+        for cp in 0..rows {
+            let head = &mut heads[cp * stride..(cp + 1) * stride];
+            let tail = tails
+                .as_deref_mut()
+                .map(|t| &mut t[cp * stride..(cp + 1) * stride]);
+            if cp >= ic / 2 {
+                head.fill(0);
+                if let Some(t) = tail {
+                    t.fill(0);
+                }
+                continue;
+            }
             let a = &x[2 * cp * ld..][..n];
             let b = &x[(2 * cp + 1) * ld..][..n];
-            interleave_bf16(a, Some(b), body);
-            tail.fill(0);
+            match tail {
+                Some(t) => {
+                    interleave_bf16_split(a, b, &mut head[..n], &mut t[..n]);
+                    t[n..].fill(0);
+                }
+                None => interleave_bf16(a, Some(b), &mut head[..n]),
+            }
+            head[n..].fill(0);
         }
     }
 
-    /// `R` output channels x 4 blocks of 16 pixels: packed lanes `q..q+64`, output pixels
-    /// `q..q+valid` of rows `ld` apart (`valid <= 64`; the rest is masked).
+    /// `R` output channels x 4 blocks of 16 pixels: weight rows `o0..o0+R` of `pairs` (`kp`
+    /// pairs each), packed lanes `q..q+64`, output pixels `q..q+valid` of rows `ld` apart
+    /// (`valid <= 64`; the rest is masked).
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block<const R: usize>(
-        w: &PackedWeight,
+        (pairs, kp): (&[u32], usize),
         o0: usize,
         ks: std::ops::Range<usize>,
         packed: &[u32],
@@ -178,7 +274,6 @@ mod x86 {
         ld: usize,
     ) {
         const C: usize = 4;
-        let kp = w.in_ch / 2;
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let masks: [__mmask16; C] = std::array::from_fn(|c| {
             let v = valid.saturating_sub(c * 16).min(16);
@@ -197,7 +292,7 @@ mod x86 {
             }
             for (r, row) in acc.iter_mut().enumerate() {
                 let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
-                    w.pairs[(o0 + r) * kp + k] as i32,
+                    pairs[(o0 + r) * kp + k] as i32,
                 ));
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
@@ -211,37 +306,35 @@ mod x86 {
         }
     }
 
-    /// `n` pixels of every output channel: the input planes `ld_x` apart, the output rows
-    /// `ld_out` apart, both from the block's first pixel; `packed` holds `in/2 * n` lanes plus
-    /// 64 of slack (the last tile reads whole 64-lane groups).
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn task(
-        w: &PackedWeight,
-        x: &[f32],
-        ld_x: usize,
-        n: usize,
-        packed: &mut [u32],
+    /// Output rows `rows` x pixels `pixels` with the AVX-512 blocks: one product of `pairs`
+    /// (`kp` per row) and `packed` (rows `stride` lanes apart).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn region(
+        weight: (&[u32], usize),
+        packed: &[u32],
+        stride: usize,
+        rows: std::ops::Range<usize>,
+        pixels: std::ops::Range<usize>,
         out: *mut f32,
         ld_out: usize,
     ) {
-        pack(x, ld_x, w.in_ch, n, packed);
-        let (stride, oc) = (n.div_ceil(16) * 16, w.out_ch);
-        let kp = w.in_ch / 2;
-        let mut q = 0;
-        while q < n {
-            let valid = (n - q).min(64);
+        let kp = weight.1;
+        let mut q = pixels.start;
+        while q < pixels.end {
+            let valid = (pixels.end - q).min(64);
             let mut k0 = 0;
             while k0 < kp {
                 let ks = k0..(k0 + super::K_PAIRS).min(kp);
                 // Output channels innermost: the strip's `K_PAIRS` packed rows stay in L1 for
                 // all of them.
-                let mut o = 0;
-                while o < oc {
-                    if oc - o >= 4 {
-                        block::<4>(w, o, ks.clone(), packed, stride, q, valid, out, ld_out);
+                let mut o = rows.start;
+                while o < rows.end {
+                    if rows.end - o >= 4 {
+                        block::<4>(weight, o, ks.clone(), packed, stride, q, valid, out, ld_out);
                         o += 4;
                     } else {
-                        block::<1>(w, o, ks.clone(), packed, stride, q, valid, out, ld_out);
+                        block::<1>(weight, o, ks.clone(), packed, stride, q, valid, out, ld_out);
                         o += 1;
                     }
                 }
@@ -250,26 +343,120 @@ mod x86 {
             q += 64;
         }
     }
+
+    /// `n` pixels of every output channel: the input planes `ld_x` apart, the output rows
+    /// `ld_out` apart, both from the block's first pixel. Whole tiles (16 outputs x 16 pixels)
+    /// go to AMX where it runs; the rest, or everything without AMX, to the AVX-512 blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn task(
+        w: &PackedWeight,
+        x: &[f32],
+        ld_x: usize,
+        n: usize,
+        scratch: &mut BlockScratch,
+        out: *mut f32,
+        ld_out: usize,
+    ) {
+        let (stride, oc, kp) = (n.div_ceil(16) * 16, w.out_ch, w.in_ch / 2);
+        let rows = w.amx.as_ref().map_or(kp, |a| a.kp16);
+        let split = w.tails.is_some();
+        let (heads, mut tails) = scratch.buffers(rows * stride + 64, split);
+        pack(x, ld_x, w.in_ch, n, rows, heads, tails.as_deref_mut());
+        let (mut m, mut n16) = (0, 0);
+        if let Some(a) = &w.amx {
+            (m, n16) = (oc / amx::TILE * amx::TILE, n / amx::TILE * amx::TILE);
+            if m > 0 && n16 > 0 {
+                let shape = (m, n16, a.kp16);
+                // SAFETY: `a` holds `oc >= m` rows of `kp16` pairs, the packed input `kp16`
+                // rows of `stride >= n16` lanes, `out` `oc` rows `ld_out` apart from the
+                // block's first pixel (per the caller); a weight with `amx` exists only where
+                // AMX runs.
+                match (&a.tails, tails.as_deref()) {
+                    (Some(wt), Some(xt)) => amx::gemm_split(
+                        (a.heads.as_slice().as_ptr(), wt.as_slice().as_ptr()),
+                        a.kp16,
+                        (heads.as_ptr(), xt.as_ptr()),
+                        stride,
+                        out,
+                        ld_out,
+                        shape,
+                    ),
+                    _ => amx::gemm(
+                        a.heads.as_slice().as_ptr(),
+                        a.kp16,
+                        heads.as_ptr(),
+                        stride,
+                        out,
+                        ld_out,
+                        shape,
+                    ),
+                }
+            } else {
+                (m, n16) = (0, 0);
+            }
+        }
+        // Everything the tiles left: the rows past `m` at every pixel, the pixels past `n16`
+        // in the first `m` rows.
+        let edges = |weight: &[u32], packed: &[u32]| {
+            region((weight, kp), packed, stride, m..oc, 0..n, out, ld_out);
+            region((weight, kp), packed, stride, 0..m, n16..n, out, ld_out);
+        };
+        edges(&w.pairs, heads);
+        if let (Some(wt), Some(xt)) = (&w.tails, tails.as_deref()) {
+            edges(&w.pairs, xt);
+            edges(wt, heads);
+        }
+    }
 }
 
-/// Scratch [`accumulate_block`] needs for `in_ch` channels of `n` pixels.
-pub(crate) fn block_scratch(in_ch: usize, n: usize) -> Vec<u32> {
-    vec![0u32; in_ch / 2 * n.div_ceil(16) * 16 + 64]
+/// Per-worker packing space of [`accumulate_block`]: the input's bf16 pairs (and tails), on
+/// cache-line boundaries.
+#[derive(Debug, Default)]
+pub(crate) struct BlockScratch {
+    heads: AlignedPairs,
+    tails: AlignedPairs,
+}
+
+impl BlockScratch {
+    /// Room for `in_ch` channels of `n` pixels (grows on demand otherwise).
+    pub(crate) fn new(in_ch: usize, n: usize) -> Self {
+        let len = amx::round_up(in_ch.div_ceil(2)) * n.div_ceil(16) * 16 + 64;
+        Self {
+            heads: AlignedPairs::zeroed(len),
+            tails: AlignedPairs::default(),
+        }
+    }
+
+    /// The head buffer (and, for split products, the tail buffer) with at least `len` pairs.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn buffers(&mut self, len: usize, split: bool) -> (&mut [u32], Option<&mut [u32]>) {
+        if self.heads.len() < len {
+            self.heads = AlignedPairs::zeroed(len);
+        }
+        if split && self.tails.len() < len {
+            self.tails = AlignedPairs::zeroed(len);
+        }
+        let tails = match split {
+            true => Some(&mut self.tails.as_mut_slice()[..len]),
+            false => None,
+        };
+        (&mut self.heads.as_mut_slice()[..len], tails)
+    }
 }
 
 /// Accumulates `w x` into one block of `n` pixels: `x` holds `w.in_ch` planes `ld_x` apart,
 /// `out` `w.out_ch` pre-filled rows `ld_out` apart, both from the block's first pixel.
 ///
 /// # Safety
-/// `x` must hold `(in_ch - 1) * ld_x + n` values, `scratch` come from [`block_scratch`] for
-/// (at least) `in_ch` and `n`, and `out .. out + (out_ch - 1) * ld_out + n` be writable by
-/// this caller alone; the CPU must have AVX512-BF16 (true wherever a [`PackedWeight`] exists).
+/// `x` must hold `(in_ch - 1) * ld_x + n` values, and `out .. out + (out_ch - 1) * ld_out + n`
+/// be writable by this caller alone; the CPU must have AVX512-BF16 (true wherever a
+/// [`PackedWeight`] exists).
 pub(crate) unsafe fn accumulate_block(
     w: &PackedWeight,
     x: &[f32],
     ld_x: usize,
     n: usize,
-    scratch: &mut [u32],
+    scratch: &mut BlockScratch,
     out: *mut f32,
     ld_out: usize,
 ) {

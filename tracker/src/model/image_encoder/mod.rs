@@ -16,17 +16,11 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
+use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::model::config::EdgeTamConfig;
 use crate::model::conv::Pointwise;
 use crate::model::image_encoder::neck::VisionNeck;
 use crate::model::image_encoder::repvit::RepVit;
-
-/// The first backbone stage whose 1x1 convolutions run bf16 in the fast mode. The stride-4 and
-/// stride-8 stages stay f32: in bf16 they moved prompted-frame masks below the mode's IoU bar on
-/// the sequence fixtures (IoU 0.9856 with every stage, 0.9898 from stage 1; from stage 2: 0.9923,
-/// 0.9907 since the rational-fit GELU moved the float noise), and at 48 and 96 channels bf16
-/// gains least.
-const BF16_FIRST_STAGE: usize = 2;
 
 /// Everything the rest of the model needs from one frame.
 #[derive(Debug, Clone)]
@@ -79,9 +73,11 @@ impl HighRes {
         }
     }
 
-    fn set_bf16(&mut self, on: bool) {
+    fn set_rounding(&mut self, rounding: Option<Rounding>) {
         match self {
-            Self::Composed(c) | Self::OnLevel(c) => c.set_bf16(on),
+            Self::Composed(c) | Self::OnLevel(c) => {
+                c.set_rounding(rounding);
+            }
         }
     }
 
@@ -134,13 +130,26 @@ impl ImageEncoder {
         })
     }
 
-    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode): the backbone
-    /// from its stride-16 stage on (see [`BF16_FIRST_STAGE`]), the FPN and the high-resolution
-    /// convs.
+    /// The fast mode's products for the whole encoder (backbone, FPN, high-resolution convs):
+    /// split (f32-accurate) tile products where AMX runs them, else exact f32.
+    ///
+    /// Plain bf16 is not used here: with the backbone's stride-16/32 stages in bf16 the masks
+    /// passed the mode's IoU bar on the sequences the choice was tuned on but not on fresh
+    /// ones (prompted-frame IoU 0.91, an object lost on a 30-frame sequence); every stage of
+    /// the encoder feeds every object's every frame, so its rounding errors reach every mask.
     pub(crate) fn set_bf16(&mut self, on: bool) {
-        self.backbone.set_bf16_from(on, BF16_FIRST_STAGE);
-        self.neck.set_bf16(on);
-        self.high_res.iter_mut().for_each(|h| h.set_bf16(on));
+        let rounding = (on && crate::kernels::amx::available()).then_some(Rounding::Split);
+        self.set_rounding(rounding, 0);
+    }
+
+    /// Every 1x1 and dense conv of the encoder to `rounding` (`None`: exact), the backbone
+    /// from stage `first_stage` on (earlier stages exact).
+    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>, first_stage: usize) {
+        self.backbone.set_rounding_from(rounding, first_stage);
+        self.neck.set_rounding(rounding);
+        self.high_res
+            .iter_mut()
+            .for_each(|h| h.set_rounding(rounding));
     }
 
     /// Encodes `[N, 3, S, S]` normalized pixels (see [`crate::frame::preprocess::preprocess`]).

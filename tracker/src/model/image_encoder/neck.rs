@@ -8,6 +8,7 @@
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
+use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::model::config::VisionConfig;
 use crate::model::conv::Pointwise;
 use crate::model::position_encoding::sine_position_embedding;
@@ -23,8 +24,10 @@ pub struct VisionNeck {
 
 impl VisionNeck {
     /// Switches the lateral convolutions' bf16 products on or off (the fast mode).
-    pub(crate) fn set_bf16(&mut self, on: bool) {
-        self.convs.iter_mut().for_each(|c| c.set_bf16(on));
+    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) {
+        self.convs.iter_mut().for_each(|c| {
+            c.set_rounding(rounding);
+        });
     }
 
     /// Loads `convs.{j}` from `vb` positioned at `vision_encoder.neck`.

@@ -12,6 +12,7 @@ use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
 use crate::kernels::conv::depthwise::Depthwise;
+use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::model::conv::{conv_norm, Dense, Pointwise};
 
 /// RepViT-M1 stage widths.
@@ -74,9 +75,9 @@ impl Mlp {
     }
 
     /// `x + mlp(x)`, the residual and biases fused into the 1x1 convs.
-    fn set_bf16(&mut self, on: bool) {
-        self.conv1.set_bf16(on);
-        self.conv2.set_bf16(on);
+    fn set_rounding(&mut self, rounding: Option<Rounding>) {
+        self.conv1.set_rounding(rounding);
+        self.conv2.set_rounding(rounding);
     }
 
     fn forward_residual(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -206,19 +207,19 @@ impl RepVit {
 
     /// Runs the backbone on `[N, 3, S, S]` pixels; returns the outputs of the four stages,
     /// strides 4, 8, 16, 32.
-    /// Switches the 1x1 convolutions' bf16 products on or off (the fast mode).
-    /// Switches the 1x1 convolutions of stages `first..` to bf16 products (or back); earlier
-    /// stages stay exact.
-    pub(crate) fn set_bf16_from(&mut self, on: bool, first: usize) {
+    /// Sets the products' rounding of the convolutions of stages `first..` (and of the stem's
+    /// second conv when `first` is 0); earlier ones stay exact.
+    pub(crate) fn set_rounding_from(&mut self, rounding: Option<Rounding>, first: usize) {
+        self.stem[1].set_rounding(rounding.filter(|_| first == 0));
         for (i, stage) in self.stages.iter_mut().enumerate() {
-            let on = on && i >= first;
+            let r = rounding.filter(|_| i >= first);
             if let Some(d) = &mut stage.downsample {
-                d.pre_block.mlp.set_bf16(on);
-                d.channel.set_bf16(on);
-                d.ffn.set_bf16(on);
+                d.pre_block.mlp.set_rounding(r);
+                d.channel.set_rounding(r);
+                d.ffn.set_rounding(r);
             }
             for b in &mut stage.blocks {
-                b.mlp.set_bf16(on);
+                b.mlp.set_rounding(r);
             }
         }
     }
@@ -270,12 +271,15 @@ mod profile {
     fn op_kinds() -> candle_core::Result<()> {
         let dev = Device::Cpu;
         let mut net = RepVit::new(crate::model::weights::random_var_builder(0, &dev))?;
-        // `EDGETAM_PROFILE_BF16=N`: the bf16 mode's products from stage N on.
-        if let Some(first) = std::env::var("EDGETAM_PROFILE_BF16")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            net.set_bf16_from(true, first);
+        // `EDGETAM_PROFILE_BF16=N`: bf16 products from stage N on; `EDGETAM_PROFILE_SPLIT=N`:
+        // split (f32-accurate, AMX) products from stage N on.
+        for (var, rounding) in [
+            ("EDGETAM_PROFILE_BF16", Rounding::Bf16),
+            ("EDGETAM_PROFILE_SPLIT", Rounding::Split),
+        ] {
+            if let Some(first) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
+                net.set_rounding_from(Some(rounding), first);
+            }
         }
         let x = Tensor::randn(0f32, 1.0, (1, 3, 1024, 1024), &dev)?;
         let acc: std::cell::RefCell<std::collections::BTreeMap<&str, f64>> = Default::default();
