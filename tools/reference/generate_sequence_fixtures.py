@@ -156,7 +156,7 @@ FIXTURES = {
     },
     "sequence_768": {
         "image_size": 768, "defaults": False, "width": 288, "height": 224, "num_frames": 11,
-        "scene_seed": 6, "prompt_seed": 0, "occlude": (0.55, 0.85), "refresh": False,
+        "scene_seed": 1, "prompt_seed": 0, "occlude": (0.55, 0.85), "refresh": False,
         "stage": None, "max_bytes": 12_000_000,
     },
 }

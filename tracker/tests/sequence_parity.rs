@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use candle_core::Device;
 use edgetam_tracker::checks::sequence::{run, Mode, SequenceFixture};
-use edgetam_tracker::Weights;
+use edgetam_tracker::{EdgeTam, LoadOptions, Weights};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
@@ -18,7 +18,38 @@ fn check(dir: &str, mode: Mode) {
     let base =
         Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
     let model = Arc::new(fx.model(&base, &Device::Cpu).expect("model"));
-    let reports = run(&fx, model, mode).expect("replay");
+    replay_and_compare(dir, &fx, model, mode);
+}
+
+/// A fixture the reference ran at a smaller input size than the checkpoint's: the model is the
+/// 1024 checkpoint (`fixtures/model`, config untouched) loaded with `LoadOptions::input_size`,
+/// the path users take; its derived config must be the one the reference ran with.
+fn check_at_input_size(dir: &str, mode: Mode) {
+    let fx = SequenceFixture::load(fixtures().join(dir)).expect("sequence fixture");
+    let size = fx.config.image_size;
+    let options = LoadOptions::default().input_size(size);
+    let model = EdgeTam::load_with(fixtures().join("model"), &Device::Cpu, &options)
+        .expect("model at the input size");
+    let (ours, theirs) = (model.config(), &fx.config);
+    assert_eq!(ours.image_size, size);
+    assert_eq!(ours.prompt_encoder_config.image_size, size);
+    assert_eq!(
+        ours.vision_config.backbone_feature_sizes,
+        theirs.vision_config.backbone_feature_sizes
+    );
+    assert_eq!(
+        ours.memory_attention_rope_feat_sizes,
+        theirs.memory_attention_rope_feat_sizes
+    );
+    assert_eq!(
+        ours.memory_attention_rope_k_sizes,
+        theirs.memory_attention_rope_k_sizes
+    );
+    replay_and_compare(dir, &fx, Arc::new(model), mode);
+}
+
+fn replay_and_compare(dir: &str, fx: &SequenceFixture, model: Arc<EdgeTam>, mode: Mode) {
+    let reports = run(fx, model, mode).expect("replay");
     assert!(reports.len() > 10, "too few checks: {}", reports.len());
     let failed: Vec<String> = reports
         .iter()
@@ -26,7 +57,7 @@ fn check(dir: &str, mode: Mode) {
         .map(|r| r.line())
         .collect();
     for r in &reports {
-        eprintln!("{}", r.line());
+        eprintln!("{dir}: {}", r.line());
     }
     assert!(
         failed.is_empty(),
@@ -65,4 +96,24 @@ fn sequence_1024_free_running() {
 #[test]
 fn sequence_1024_forced() {
     check("sequence_1024", Mode::Forced);
+}
+
+#[test]
+fn sequence_512_free_running() {
+    check_at_input_size("sequence_512", Mode::FreeRunning);
+}
+
+#[test]
+fn sequence_512_forced() {
+    check_at_input_size("sequence_512", Mode::Forced);
+}
+
+#[test]
+fn sequence_768_free_running() {
+    check_at_input_size("sequence_768", Mode::FreeRunning);
+}
+
+#[test]
+fn sequence_768_forced() {
+    check_at_input_size("sequence_768", Mode::Forced);
 }

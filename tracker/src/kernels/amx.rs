@@ -35,12 +35,10 @@ pub(crate) fn available() -> bool {
 /// [`available`] must be true; `a` must address `m` rows `lda` apart of `kp` pairs, `b` `kp`
 /// rows `ldb` apart of `n` pairs, `c` `m` rows `ldc` apart of `n` values, writable by this
 /// caller alone.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm(
     a: *const u32,
     lda: usize,
-    b: *const u32,
-    ldb: usize,
+    b: BMatrix,
     c: *mut f32,
     ldc: usize,
     (m, n, kp): (usize, usize, usize),
@@ -50,24 +48,52 @@ pub(crate) unsafe fn gemm(
     #[cfg(target_arch = "x86_64")]
     unsafe {
         x86::configure();
-        x86::blocks(&[(a, b)], lda, ldb, c, ldc, (m, n, kp));
+        x86::blocks(&[(a, b.ptr)], lda, b, c, ldc, (m, n, kp));
         x86::release();
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, lda, b, ldb, c, ldc, m, n, kp);
+    let _ = (a, lda, b, c, ldc, m, n, kp);
+}
+
+/// Where `B`'s pairs lie: element `(k, j)` (pair row `k`, column `j`) at
+/// `ptr + k * row_step + (j / 16) * tile_step + j % 16`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BMatrix {
+    pub(crate) ptr: *const u32,
+    row_step: usize,
+    tile_step: usize,
+}
+
+impl BMatrix {
+    /// Rows of pairs `ldb` apart, columns contiguous.
+    pub(crate) fn rows(ptr: *const u32, ldb: usize) -> Self {
+        Self {
+            ptr,
+            row_step: ldb,
+            tile_step: TILE,
+        }
+    }
+
+    /// Panels of 16 columns, `panel` pairs apart, each `kp` rows of 16 (the keys of
+    /// [`super::attention::bf16`]).
+    pub(crate) fn panels(ptr: *const u32, panel: usize) -> Self {
+        Self {
+            ptr,
+            row_step: TILE,
+            tile_step: panel,
+        }
+    }
 }
 
 /// [`gemm`] with each operand given as bf16 head and tail (`x ~ head + tail`):
 /// `C += Ah Bh + Ah Bt + At Bh`.
 ///
 /// # Safety
-/// As [`gemm`], for each of the four operands (`a`'s two share `lda`, `b`'s two `ldb`).
-#[allow(clippy::too_many_arguments)]
+/// As [`gemm`], for each of the four operands (`a`'s two share `lda`, `b`'s two the layout).
 pub(crate) unsafe fn gemm_split(
     (a_head, a_tail): (*const u32, *const u32),
     lda: usize,
-    (b_head, b_tail): (*const u32, *const u32),
-    ldb: usize,
+    (b_head, b_tail): (BMatrix, *const u32),
     c: *mut f32,
     ldc: usize,
     (m, n, kp): (usize, usize, usize),
@@ -78,18 +104,12 @@ pub(crate) unsafe fn gemm_split(
     unsafe {
         x86::configure();
         // The small terms first: they are summed before the large one joins them.
-        x86::blocks(
-            &[(a_head, b_tail), (a_tail, b_head), (a_head, b_head)],
-            lda,
-            ldb,
-            c,
-            ldc,
-            (m, n, kp),
-        );
+        let terms = [(a_head, b_tail), (a_tail, b_head.ptr), (a_head, b_head.ptr)];
+        x86::blocks(&terms, lda, b_head, c, ldc, (m, n, kp));
         x86::release();
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a_head, a_tail, lda, b_head, b_tail, ldb, c, ldc, m, n, kp);
+    let _ = (a_head, a_tail, lda, b_head, b_tail, c, ldc, m, n, kp);
 }
 
 /// A `Vec<u32>` whose first element sits on a 64-byte boundary (a cache line, and a tile
@@ -223,12 +243,12 @@ mod x86 {
     pub(super) unsafe fn blocks(
         terms: &[(*const u32, *const u32)],
         lda: usize,
-        ldb: usize,
+        layout: super::BMatrix,
         c: *mut f32,
         ldc: usize,
         (m, n, kp): (usize, usize, usize),
     ) {
-        let (sa, sb, sc) = (lda * 4, ldb * 4, ldc * 4);
+        let (sa, sb, sc) = (lda * 4, layout.row_step * 4, ldc * 4);
         // Column blocks outermost: a `B` panel (`kp x 32` pairs) is read from L1/L2 by every
         // row block.
         let mut j = 0;
@@ -255,12 +275,12 @@ mod x86 {
                         let mut k = 0;
                         while k < kp {
                             let a0 = a.add(i * lda + k);
-                            let b0 = b.add(k * ldb + j);
+                            let b0 = b.add(k * layout.row_step + j / TILE * layout.tile_step);
                             load!(4, a0, sa);
                             load!(6, b0, sb);
                             dot!(0, 4, 6);
                             if two_cols {
-                                load!(7, b0.add(TILE), sb);
+                                load!(7, b0.add(layout.tile_step), sb);
                                 dot!(1, 4, 7);
                             }
                             if two_rows {
@@ -358,8 +378,7 @@ mod tests {
                 gemm(
                     pa.as_slice().as_ptr(),
                     k / 2,
-                    pb.as_slice().as_ptr(),
-                    n,
+                    BMatrix::rows(pb.as_slice().as_ptr(), n),
                     c.as_mut_ptr(),
                     n,
                     (m, n, k / 2),
@@ -402,8 +421,10 @@ mod tests {
             gemm_split(
                 (ah.as_slice().as_ptr(), at.as_slice().as_ptr()),
                 k / 2,
-                (bh.as_slice().as_ptr(), bt.as_slice().as_ptr()),
-                n,
+                (
+                    BMatrix::rows(bh.as_slice().as_ptr(), n),
+                    bt.as_slice().as_ptr(),
+                ),
                 c.as_mut_ptr(),
                 n,
                 (m, n, k / 2),

@@ -228,8 +228,7 @@ mod x86 {
                 amx::gemm(
                     pairs.as_ptr(),
                     kpairs,
-                    l.packed.as_slice().as_ptr(),
-                    l.outputs,
+                    amx::BMatrix::rows(l.packed.as_slice().as_ptr(), l.outputs),
                     out.as_mut_ptr(),
                     l.outputs,
                     (first, l.outputs, kpairs),

@@ -242,6 +242,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{online_softmax, PackedKeys, Scratch, TILE_K};
+    use crate::kernels::amx;
     use crate::kernels::bf16::{interleave_bf16, to_bf16_pairs};
 
     /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2) x dv`).
@@ -424,6 +425,8 @@ mod x86 {
             }
         }
         let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
+        // Whole 16-row groups of queries take the tile products where AMX runs them.
+        let tiles = amx::available() && rows.is_multiple_of(amx::TILE);
         for k0 in (0..lk).step_by(TILE_K) {
             let cols = TILE_K.min(lk - k0);
             let s = &mut scratch.scores[..rows * cols];
@@ -431,6 +434,20 @@ mod x86 {
             let first = k0 / 16;
             let nblocks = cols.div_ceil(16);
             let mut r = 0;
+            if tiles && pairs.is_multiple_of(amx::TILE) && cols.is_multiple_of(amx::TILE) {
+                s.fill(0.0);
+                // SAFETY: `q_pairs` is `rows x pairs`, the key blocks from `first` hold `cols`
+                // keys as panels of 16 (`pairs` rows each), `s` is `rows x cols`; AMX runs.
+                amx::gemm(
+                    q_pairs.as_ptr(),
+                    pairs,
+                    amx::BMatrix::panels(k_packed.as_ptr().add(first * pairs * 16), pairs * 16),
+                    s.as_mut_ptr(),
+                    cols,
+                    (rows, cols, pairs),
+                );
+                r = rows;
+            }
             while r < rows {
                 let rr = (rows - r).min(4);
                 let qp = &q_pairs[r * pairs..];
@@ -466,6 +483,19 @@ mod x86 {
             }
             let first_pair = k0 / 2;
             let mut r = 0;
+            if tiles && key_pairs.is_multiple_of(amx::TILE) && dv.is_multiple_of(amx::TILE) {
+                // SAFETY: `p_pairs` is `rows x key_pairs`, the values from pair `first_pair`
+                // `key_pairs` rows of `dv`, `out` `rows x dv`; AMX runs.
+                amx::gemm(
+                    p_pairs.as_ptr(),
+                    key_pairs,
+                    amx::BMatrix::rows(v_packed.as_ptr().add(first_pair * dv), dv),
+                    out.as_mut_ptr(),
+                    dv,
+                    (rows, dv, key_pairs),
+                );
+                r = rows;
+            }
             while r < rows {
                 let rr = (rows - r).min(4);
                 let pp = &p_pairs[r * key_pairs..];

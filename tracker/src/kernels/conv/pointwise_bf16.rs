@@ -375,8 +375,7 @@ mod x86 {
                     (Some(wt), Some(xt)) => amx::gemm_split(
                         (a.heads.as_slice().as_ptr(), wt.as_slice().as_ptr()),
                         a.kp16,
-                        (heads.as_ptr(), xt.as_ptr()),
-                        stride,
+                        (amx::BMatrix::rows(heads.as_ptr(), stride), xt.as_ptr()),
                         out,
                         ld_out,
                         shape,
@@ -384,8 +383,7 @@ mod x86 {
                     _ => amx::gemm(
                         a.heads.as_slice().as_ptr(),
                         a.kp16,
-                        heads.as_ptr(),
-                        stride,
+                        amx::BMatrix::rows(heads.as_ptr(), stride),
                         out,
                         ld_out,
                         shape,
