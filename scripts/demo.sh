@@ -50,7 +50,7 @@ if [ -n "${EDGETAM_MODEL:-}" ]; then
   MODEL=(--model "$EDGETAM_MODEL")
 else
   # 256 input keeps the demo at about a minute on 2 cores; the released model runs at 1024.
-  MODEL=(--random-weights --size 256)
+  MODEL=(--random-weights --input-size 256)
 fi
 "$BIN" track "${MODEL[@]}" --frames "$OUT/clip" \
   --prompt "obj=1;frame=0;mask=$OUT/prompts/ball1.png" \

@@ -126,7 +126,7 @@ if [ -n "$EDGETAM" ]; then
   # bf16: the half-precision mode (on CUDA `edgetam bench` refuses it until a GPU half mode
   # exists; the failure is recorded and costs no time).
   for dtype in f32 bf16; do
-    run "bench-$dtype" 90 "$EDGETAM" bench --random-weights --size 1024 --objects 1,3 \
+    run "bench-$dtype" 90 "$EDGETAM" bench --random-weights --input-size 1024 --objects 1,3 \
       --frames "$FRAMES" --warmup "$WARMUP" --encoder-ahead both --device cuda:0 \
       --dtype "$dtype" --json "$OUT/bench-$dtype.json"
   done
@@ -158,7 +158,7 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 sys.argv = ["time_reference.py"] + sys.argv[1:]
 runpy.run_path("tools/reference/time_reference.py", run_name="__main__")' \
-      --device cuda --size 1024 --objects 1,3 --frames $((FRAMES + WARMUP)) --warmup "$WARMUP" \
+      --device cuda --input-size 1024 --objects 1,3 --frames $((FRAMES + WARMUP)) --warmup "$WARMUP" \
       --quiet --json "$OUT/reference-stages.json"
   fi
 else

@@ -56,7 +56,7 @@ fn segment_with_random_weights_writes_mask_and_overlay() {
     let o = edgetam(&[
         "segment",
         "--random-weights",
-        "--size",
+        "--input-size",
         "256",
         "--image",
         "examples/data/shapes.png",
@@ -359,7 +359,7 @@ fn track_writes_masks_overlays_results_and_logits() {
     let o = edgetam(&[
         "track",
         "--random-weights",
-        "--size",
+        "--input-size",
         "256",
         "--frames",
         frames.to_str().unwrap(),
@@ -479,7 +479,7 @@ fn track_encoder_ahead_is_byte_identical() {
         let o = edgetam(&[
             "track",
             "--random-weights",
-            "--size",
+            "--input-size",
             "256",
             "--frames",
             frames.to_str().unwrap(),
@@ -541,7 +541,7 @@ fn track_error(frames: &str, specs: &[&str]) -> String {
     let mut args = vec![
         "track",
         "--random-weights",
-        "--size",
+        "--input-size",
         "256",
         "--frames",
         frames,
@@ -596,7 +596,7 @@ fn bench_reports_every_stage_as_table_json_and_plot() {
     let o = edgetam(&[
         "bench",
         "--random-weights",
-        "--size",
+        "--input-size",
         "256",
         "--objects",
         "1,2",
@@ -660,7 +660,7 @@ fn bench_rejects_unknown_modes_and_dtypes() {
     let o = edgetam(&[
         "bench",
         "--random-weights",
-        "--size",
+        "--input-size",
         "64",
         "--encoder-ahead",
         "sometimes",
@@ -678,4 +678,96 @@ fn bench_rejects_unknown_modes_and_dtypes() {
         "{}",
         stderr(&o)
     );
+}
+
+/// `--input-size`: a size the model cannot take is refused before anything loads, with the rule
+/// in the message, on every command; an accepted one runs.
+#[test]
+fn input_size_rule_is_checked_and_named() {
+    for size in ["500", "128", "4096", "0"] {
+        for cmd in [
+            vec![
+                "segment",
+                "--random-weights",
+                "--image",
+                "examples/data/shapes.png",
+                "--box",
+                "150,90,330,260",
+                "--out",
+                "/dev/null",
+            ],
+            vec![
+                "bench",
+                "--random-weights",
+                "--frames",
+                "1",
+                "--warmup",
+                "1",
+            ],
+        ] {
+            let mut args = cmd.clone();
+            args.extend(["--input-size", size]);
+            let o = edgetam(&args);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(
+                e.contains(&format!("input size {size} is not supported"))
+                    && e.contains("multiple of 256 from 256 to 2048"),
+                "{args:?}: {e}"
+            );
+        }
+    }
+    // A checkpoint folder at another size: the config file is untouched, the model runs at 512.
+    let o = edgetam(&[
+        "segment",
+        "--model",
+        "fixtures/model",
+        "--input-size",
+        "512",
+        "--image",
+        "examples/data/shapes.png",
+        "--box",
+        "150,90,330,260",
+        "--out",
+        tmp("input512.png").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `bench --input-size 256,512`: one block per size, the summary names each size, and the JSON
+/// lists both.
+#[test]
+fn bench_runs_every_input_size() {
+    let json = tmp("bench_sizes.json");
+    let o = edgetam(&[
+        "bench",
+        "--random-weights",
+        "--input-size",
+        "256,512",
+        "--objects",
+        "1",
+        "--frames",
+        "1",
+        "--warmup",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for size in ["256", "512"] {
+        assert!(
+            out.contains(&format!("threads, {size} input")),
+            "no {size} block:\n{out}"
+        );
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["size"], serde_json::json!([256, 512]));
+    let sizes: Vec<u64> = doc["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["image_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [256, 512]);
 }

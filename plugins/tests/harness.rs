@@ -206,6 +206,47 @@ fn metas_and_masks_equal_the_library_api() {
     assert!(lat.nseconds() >= ours, "{lat} < {ours}");
 }
 
+/// `input-size` runs the 1024 checkpoint (`fixtures/model`, its config untouched) at 256: the
+/// same masks as the library with the 256 config of the same weights.
+#[test]
+fn input_size_property_runs_the_checkpoint_at_that_size() {
+    init();
+    let frames = frames(3);
+    let expected = library(&frames, PROMPTS);
+    let el = gst::ElementFactory::make("edgetamtrack")
+        .property(
+            "model",
+            common::repo().join("fixtures/model").display().to_string(),
+        )
+        .property("input-size", 256u32)
+        .property("prompts", PROMPTS)
+        .build()
+        .expect("element");
+    let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
+    h.set_src_caps_str(&caps("RGB", W, H));
+    for (i, (f, want)) in frames.iter().zip(&expected).enumerate() {
+        let out = h.push_and_pull(buffer(f, i as u64)).expect("buffer out");
+        let got = rois(&out);
+        let visible: Vec<_> = want
+            .objects
+            .iter()
+            .filter(|o| o.visible && o.bbox.is_some())
+            .collect();
+        assert_eq!(got.len(), visible.len(), "frame {i}");
+        for ((id, _, p), o) in got.iter().zip(&visible) {
+            assert_eq!(*id as u32, o.id);
+            let mask = p.get::<gst::Buffer>("mask").expect("mask");
+            assert_eq!(
+                &*mask.map_readable().expect("map"),
+                &o.mask.data[..],
+                "frame {i} object {}",
+                o.id
+            );
+        }
+    }
+    assert_eq!(el.property::<u32>("input-size"), 256);
+}
+
 #[test]
 fn other_formats_are_tracked() {
     let frames = frames(2);
@@ -421,6 +462,14 @@ fn missing_or_bad_model_fails_the_state_change() {
     assert!(e.contains("prompts") && e.contains("bx=1"), "{e}");
     let e = start_error(&[("model", dir.to_str().expect("utf-8")), ("device", "tpu")]);
     assert!(e.contains("device") && e.contains("tpu"), "{e}");
+    let e = start_error(&[
+        ("model", dir.to_str().expect("utf-8")),
+        ("input-size", "300"),
+    ]);
+    assert!(
+        e.contains("input size 300 is not supported") && e.contains("multiple of 256"),
+        "{e}"
+    );
     // `precision` is a registered enum: a bad value is refused by GStreamer when set (see
     // gst_launch.rs), and `bf16` fails to start only where the CPU lacks AVX512-BF16.
 }
@@ -581,7 +630,11 @@ fn frames_in_flight_overlap_and_keep_order_and_results() {
     for (i, (b, want)) in out.iter().zip(&expected).enumerate() {
         assert_eq!(b.pts().expect("pts").mseconds(), 100 * i as u64);
         let got = rois(b);
-        let visible: Vec<_> = want.objects.iter().filter(|o| o.visible).collect();
+        let visible: Vec<_> = want
+            .objects
+            .iter()
+            .filter(|o| o.visible && o.bbox.is_some())
+            .collect();
         assert_eq!(got.len(), visible.len(), "frame {i}");
         for ((_, _, p), o) in got.iter().zip(&visible) {
             let mask = p.get::<gst::Buffer>("mask").expect("mask");

@@ -45,7 +45,7 @@ echo "== fp32 matmul peak, $THREADS threads"
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r/$ROUNDS: ours"
   # `edgetam bench --frames` counts measured frames only (after the warm-up).
-  "$BIN" bench --random-weights --size "$SIZE" --objects "$OBJECTS" --frames "$((FRAMES - WARMUP))" \
+  "$BIN" bench --random-weights --input-size "$SIZE" --objects "$OBJECTS" --frames "$((FRAMES - WARMUP))" \
     --warmup "$WARMUP" --threads "$THREADS" --dtype "$DTYPES" --encoder-ahead "$AHEAD" \
     --json "$OUT/ours_$r.json"
   echo "== round $r/$ROUNDS: reference"
