@@ -72,10 +72,12 @@ impl PipelineBuilder {
         self
     }
 
-    /// Each worker thread runs its model calls inside its own rayon pool of `n` threads, which
-    /// bounds candle's matrix products (gemm). The tracker's own scoped-thread kernels size
-    /// themselves from `available_parallelism` and are not affected. Default: rayon's global
-    /// pool.
+    /// Each worker thread runs its model calls inside its own rayon pool of `n` threads: the
+    /// tracker's kernels and candle's matrix products both size themselves from the pool they
+    /// run in. Default: serial, rayon's global pool (`RAYON_NUM_THREADS`, else every core);
+    /// with encoder-ahead, the global pool's threads split between the two stages (half each,
+    /// at least one), so the encoder of frame N+1 and the tracking of frame N each keep their
+    /// own cores instead of both stages' tasks contending for all of them.
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -103,16 +105,19 @@ impl PipelineBuilder {
         let shared = Arc::new(Shared::new(self.capacity, self.policy));
         let (out_tx, out_rx) = crossbeam_channel::unbounded();
         let tracker = Tracker::with_options(self.model.clone(), self.tracker_options);
-        let stage = TrackStage::new(
-            tracker,
-            self.resolution_change,
-            self.hook,
-            make_pool(self.threads)?,
-        );
+        // With encoder-ahead each stage gets a pool of its own (see `threads`).
+        let stage_threads = self
+            .threads
+            .unwrap_or_else(|| (rayon::current_num_threads() / 2).max(1));
+        let stage_pool = match self.encoder_ahead {
+            true => make_pool(Some(stage_threads))?,
+            false => make_pool(self.threads)?,
+        };
+        let stage = TrackStage::new(tracker, self.resolution_change, self.hook, stage_pool);
         let mut threads = Vec::new();
         if self.encoder_ahead {
             let (tx, rx) = crossbeam_channel::bounded::<Stage2>(1);
-            let producer = Producer::new(self.model.clone(), make_pool(self.threads)?);
+            let producer = Producer::new(self.model.clone(), make_pool(Some(stage_threads))?);
             let (sh, out) = (shared.clone(), out_tx.clone());
             threads.push(spawn(
                 "edgetam-encoder",

@@ -78,6 +78,14 @@ pub(crate) fn timed<T>(slot: &mut Duration, f: impl FnOnce() -> T) -> T {
 pub(crate) mod measure {
     use std::time::Instant;
 
+    /// The model input side of the profiling tests: `EDGETAM_PROFILE_SIZE`, default 1024.
+    pub(crate) fn profile_input_size() -> usize {
+        std::env::var("EDGETAM_PROFILE_SIZE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024)
+    }
+
     /// Mean milliseconds per call of `f` over `reps` calls, after one untimed warm-up call.
     pub(crate) fn mean_ms<T, E>(
         reps: usize,

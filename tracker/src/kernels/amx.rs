@@ -248,65 +248,99 @@ mod x86 {
         ldc: usize,
         (m, n, kp): (usize, usize, usize),
     ) {
-        let (sa, sb, sc) = (lda * 4, layout.row_step * 4, ldc * 4);
-        // Column blocks outermost: a `B` panel (`kp x 32` pairs) is read from L1/L2 by every
-        // row block.
-        let mut j = 0;
-        while j < n {
-            let two_cols = n - j >= 2 * TILE;
-            let mut i = 0;
-            while i < m {
-                let two_rows = m - i >= 2 * TILE;
-                let c00 = c.add(i * ldc + j);
-                let c10 = c00.add(TILE * ldc);
-                // SAFETY: rows `i..i+16(32)`, columns `j..j+16(32)` of `C`, per the caller.
-                unsafe {
-                    load!(0, c00, sc);
-                    if two_cols {
-                        load!(1, c00.add(TILE), sc);
-                    }
-                    if two_rows {
-                        load!(2, c10, sc);
-                        if two_cols {
-                            load!(3, c10.add(TILE), sc);
-                        }
-                    }
-                    for &(a, b) in terms {
-                        let mut k = 0;
-                        while k < kp {
-                            let a0 = a.add(i * lda + k);
-                            let b0 = b.add(k * layout.row_step + j / TILE * layout.tile_step);
-                            load!(4, a0, sa);
-                            load!(6, b0, sb);
-                            dot!(0, 4, 6);
-                            if two_cols {
-                                load!(7, b0.add(layout.tile_step), sb);
-                                dot!(1, 4, 7);
-                            }
-                            if two_rows {
-                                load!(5, a0.add(TILE * lda), sa);
-                                dot!(2, 5, 6);
-                                if two_cols {
-                                    dot!(3, 5, 7);
-                                }
-                            }
-                            k += TILE;
-                        }
-                    }
-                    store!(0, c00, sc);
-                    if two_cols {
-                        store!(1, c00.add(TILE), sc);
-                    }
-                    if two_rows {
-                        store!(2, c10, sc);
-                        if two_cols {
-                            store!(3, c10.add(TILE), sc);
-                        }
-                    }
-                }
-                i += if two_rows { 2 * TILE } else { TILE };
+        let steps = |len: usize| {
+            let mut out = Vec::with_capacity(len / TILE);
+            let mut x = 0;
+            while x < len {
+                let two = len - x >= 2 * TILE;
+                out.push((x, two));
+                x += if two { 2 * TILE } else { TILE };
             }
-            j += if two_cols { 2 * TILE } else { TILE };
+            out
+        };
+        let (rows, cols) = (steps(m), steps(n));
+        // The smaller operand in the inner loop: its panels are read again for every panel of
+        // the larger one, from L1 when it fits there (a conv task's packed pixels, a linear
+        // task's rows), while each panel of the larger one is read once.
+        if m >= n {
+            for &(i, two_rows) in &rows {
+                for &(j, two_cols) in &cols {
+                    // SAFETY: per the caller.
+                    unsafe { block(terms, lda, layout, c, ldc, kp, (i, two_rows), (j, two_cols)) };
+                }
+            }
+        } else {
+            for &(j, two_cols) in &cols {
+                for &(i, two_rows) in &rows {
+                    // SAFETY: per the caller.
+                    unsafe { block(terms, lda, layout, c, ldc, kp, (i, two_rows), (j, two_cols)) };
+                }
+            }
+        }
+    }
+
+    /// One block of `C`: rows `i..i+16` (`+32` with `two_rows`), columns `j..j+16` (`+32`).
+    ///
+    /// # Safety
+    /// As [`blocks`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block(
+        terms: &[(*const u32, *const u32)],
+        lda: usize,
+        layout: super::BMatrix,
+        c: *mut f32,
+        ldc: usize,
+        kp: usize,
+        (i, two_rows): (usize, bool),
+        (j, two_cols): (usize, bool),
+    ) {
+        let (sa, sb, sc) = (lda * 4, layout.row_step * 4, ldc * 4);
+        // SAFETY: rows `i..i+16(32)`, columns `j..j+16(32)` of `C`, per the caller.
+        unsafe {
+            let c00 = c.add(i * ldc + j);
+            let c10 = c00.add(TILE * ldc);
+            load!(0, c00, sc);
+            if two_cols {
+                load!(1, c00.add(TILE), sc);
+            }
+            if two_rows {
+                load!(2, c10, sc);
+                if two_cols {
+                    load!(3, c10.add(TILE), sc);
+                }
+            }
+            for &(a, b) in terms {
+                let mut k = 0;
+                while k < kp {
+                    let a0 = a.add(i * lda + k);
+                    let b0 = b.add(k * layout.row_step + j / TILE * layout.tile_step);
+                    load!(4, a0, sa);
+                    load!(6, b0, sb);
+                    dot!(0, 4, 6);
+                    if two_cols {
+                        load!(7, b0.add(layout.tile_step), sb);
+                        dot!(1, 4, 7);
+                    }
+                    if two_rows {
+                        load!(5, a0.add(TILE * lda), sa);
+                        dot!(2, 5, 6);
+                        if two_cols {
+                            dot!(3, 5, 7);
+                        }
+                    }
+                    k += TILE;
+                }
+            }
+            store!(0, c00, sc);
+            if two_cols {
+                store!(1, c00.add(TILE), sc);
+            }
+            if two_rows {
+                store!(2, c10, sc);
+                if two_cols {
+                    store!(3, c10.add(TILE), sc);
+                }
+            }
         }
     }
 }

@@ -2,21 +2,13 @@
 //! kernels), how tasks are handed out, and outputs written in parallel chunks without a serial
 //! zeroing pass.
 
-/// Number of worker threads for CPU kernels (shared by every custom op of the crate): the same
-/// count candle's matrix products use (`RAYON_NUM_THREADS`, else every core), so one setting
-/// bounds the whole model.
-///
-/// Without `RAYON_NUM_THREADS` candle detects the core count anew on every call (it parses
-/// `/proc/cpuinfo`); the detected count is cached here, the variable still read each time.
+/// Number of worker threads for CPU kernels (shared by every custom op of the crate): the size
+/// of the rayon pool the caller runs in, which is the pool candle's matrix products use too,
+/// so one setting bounds the whole model. Outside any pool that is rayon's global pool
+/// (`RAYON_NUM_THREADS`, else every core); inside a pool of its own (the pipeline's
+/// `threads(n)`, each stage of encoder-ahead on its own cores) that pool's size.
 pub(crate) fn threads() -> usize {
-    static DETECTED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let from_env = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&n| n > 0);
-    from_env
-        .unwrap_or_else(|| *DETECTED.get_or_init(candle_core::utils::get_num_threads))
-        .max(1)
+    rayon::current_num_threads().max(1)
 }
 
 /// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless

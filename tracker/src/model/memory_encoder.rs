@@ -554,13 +554,19 @@ mod profile {
     use crate::model::config::EdgeTamConfig;
     use crate::model::edgetam::EdgeTam;
 
-    /// Sub-stage wall times of the memory encoder + perceiver at 1024:
+    /// Sub-stage wall times of the memory encoder + perceiver at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side):
     /// `cargo test --release -p edgetam-tracker --lib memory_encoder::profile -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn sub_stages() -> crate::error::Result<()> {
         let dev = Device::Cpu;
-        let mut model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let mut model = EdgeTam::random(
+            EdgeTamConfig::with_image_size(
+                crate::instrument::timings::measure::profile_input_size(),
+            )?,
+            0,
+            &dev,
+        )?;
         // `EDGETAM_PROFILE_BF16=1`: the bf16 mode.
         if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
             model.set_precision(crate::Precision::Bf16);

@@ -530,27 +530,28 @@ mod speed {
     fn stage_shapes() -> candle_core::Result<()> {
         crate::instrument::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        for (c, side, bf16) in [48usize, 96, 192, 384]
+        use crate::kernels::conv::pointwise_bf16::Rounding;
+        let roundings = [None, Some(Rounding::Bf16), Some(Rounding::Split)];
+        for (c, side, rounding) in [48usize, 96, 192, 384]
             .into_iter()
-            .flat_map(|c| [(c, 12288 / c, false), (c, 12288 / c, true)])
-            .chain([(256, 64, false), (256, 64, true)])
+            .map(|c| (c, 12288 / c))
+            .chain([(256, 64)])
+            .flat_map(|(c, side)| roundings.map(|r| (c, side, r)))
         {
-            if bf16 && !crate::kernels::cpu::bf16() {
-                continue;
-            }
             // RepViT's stages (hidden 2c), then the memory fuser's shape (hidden 4c).
             let hid = if c == 256 { 4 * c } else { 2 * c };
             let (mut conv1, mut conv2) = super::tests::random_mlp(c, hid)?;
-            conv1.set_bf16(bf16);
-            conv2.set_bf16(bf16);
+            if !(conv1.set_rounding(rounding) && conv2.set_rounding(rounding)) {
+                continue;
+            }
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let s = crate::instrument::timings::measure::mean_ms(10, || {
                 conv1.channel_mixer(&conv2, &x)
             })? / 1e3;
             let flop = 2.0 * 2.0 * (c * hid * side * side) as f64;
             println!(
-                "c {c:3} hid {hid:4} {side}x{side} {}: {:.2} ms, {:.0} GFLOP/s",
-                if bf16 { "bf16" } else { "f32 " },
+                "c {c:3} hid {hid:4} {side}x{side} {:5}: {:.2} ms, {:.0} GFLOP/s",
+                rounding.map_or("f32".into(), |r| format!("{r:?}")),
                 s * 1e3,
                 flop / s / 1e9
             );

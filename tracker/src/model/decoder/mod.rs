@@ -381,7 +381,7 @@ mod profile {
     use crate::model::config::EdgeTamConfig;
     use crate::model::edgetam::EdgeTam;
 
-    /// Wall time of one decoder call at 1024 (one object, no prompt: a tracked frame), for
+    /// Wall time of one decoder call at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side; one object, no prompt: a tracked frame), for
     /// `perf record`:
     /// `cargo test --release -p edgetam-tracker --lib model::decoder::profile -- --ignored --nocapture`
     #[test]
@@ -389,7 +389,13 @@ mod profile {
     fn tracked_frame_call() -> crate::error::Result<()> {
         crate::instrument::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        let model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
+        let model = EdgeTam::random(
+            EdgeTamConfig::with_image_size(
+                crate::instrument::timings::measure::profile_input_size(),
+            )?,
+            0,
+            &dev,
+        )?;
         let e = model.config().image_size / 16;
         let r = |d: &[usize]| Tensor::randn(0f32, 1.0, d, &dev);
         let (embed, pe, dense) = (

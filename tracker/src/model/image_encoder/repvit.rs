@@ -264,7 +264,7 @@ mod profile {
     type Op<'a> = &'a mut dyn FnMut() -> candle_core::Result<Tensor>;
     type Timer<'a> = dyn FnMut(&'static str, Op) -> candle_core::Result<Tensor> + 'a;
 
-    /// Wall time per op kind of the backbone at 1024 (2 threads: `RAYON_NUM_THREADS=2`):
+    /// Wall time per op kind of the backbone at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side; 2 threads: `RAYON_NUM_THREADS=2`):
     /// `cargo test --release -p edgetam-tracker --lib repvit::profile -- --ignored --nocapture`
     #[test]
     #[ignore]
@@ -281,7 +281,8 @@ mod profile {
                 net.set_rounding_from(Some(rounding), first);
             }
         }
-        let x = Tensor::randn(0f32, 1.0, (1, 3, 1024, 1024), &dev)?;
+        let size = crate::instrument::timings::measure::profile_input_size();
+        let x = Tensor::randn(0f32, 1.0, (1, 3, size, size), &dev)?;
         let acc: std::cell::RefCell<std::collections::BTreeMap<&str, f64>> = Default::default();
         let mut time = |name: &'static str, f: &mut dyn FnMut() -> candle_core::Result<Tensor>| {
             let t0 = std::time::Instant::now();

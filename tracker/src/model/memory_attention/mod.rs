@@ -754,13 +754,14 @@ mod profile {
     use super::*;
     use candle_core::Device;
 
-    /// One object's inputs at 1024 (7 memories, 16 pointers), random weights; the bf16 mode's
+    /// One object's inputs at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side; 7 memories, 16 pointers), random weights; the bf16 mode's
     /// products with `EDGETAM_PROFILE_BF16` set: the module, the frame tokens, two memory-shaped
     /// inputs and their key layout.
     fn setup() -> Result<(MemoryAttention, Tensor, Tensor, Tensor, KeyLayout)> {
         crate::instrument::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        let cfg = EdgeTamConfig::default();
+        let size = crate::instrument::timings::measure::profile_input_size();
+        let cfg = EdgeTamConfig::with_image_size(size)?;
         let vb = crate::model::weights::random_var_builder(7, &dev);
         let mut att = MemoryAttention::new(&cfg, vb.pp("memory_attention"))?;
         if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
