@@ -12,6 +12,7 @@
 
 use candle_core::{DType, Result, Shape, Tensor};
 
+use crate::kernels::amx;
 use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
 use crate::kernels::bf16::bf16_bits;
 use crate::kernels::cpu;
@@ -41,18 +42,18 @@ struct FusedAttentionBf16 {
     scale: f32,
 }
 
-/// Keys packed for the score product: blocks of 16 keys, and within a block for each pair of
-/// channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are zero, and so
-/// is the missing channel of an odd width's last pair.
+/// Keys packed for the score product: blocks of 16 keys, and within a block for each of `pairs`
+/// pairs of channels `p` 16 lanes `(k[j][2p], k[j][2p+1])` (lane = key). Keys past `lk` are
+/// zero, and so are the missing channel of an odd width's last pair and the pairs past the
+/// key's width.
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-fn pack_keys(k: &[f32], lk: usize, d: usize) -> Vec<u32> {
-    let pairs = d.div_ceil(2);
+fn pack_keys(k: &[f32], lk: usize, d: usize, pairs: usize) -> Vec<u32> {
     let blocks = lk.div_ceil(16);
     let mut out = vec![0u32; blocks * pairs * 16];
     for j in 0..lk {
         let (b, lane) = (j / 16, j % 16);
         let row = &k[j * d..(j + 1) * d];
-        for p in 0..pairs {
+        for p in 0..d.div_ceil(2) {
             let hi = row.get(2 * p + 1).map_or(0, |&x| bf16_bits(x));
             out[(b * pairs + p) * 16 + lane] = bf16_bits(row[2 * p]) | (hi << 16);
         }
@@ -68,7 +69,20 @@ pub(crate) struct PackedKeys {
     values: Vec<u32>,
     lk: usize,
     d: usize,
+    /// Channel pairs per key as packed: `ceil(d/2)`, rounded up to whole AMX tiles (zero
+    /// pairs) where AMX runs the score product.
+    pairs: usize,
     dv: usize,
+}
+
+/// Channel pairs of a `d`-wide key as [`PackedKeys`] stores them.
+fn packed_pairs(d: usize) -> usize {
+    let pairs = d.div_ceil(2);
+    if amx::available() {
+        amx::round_up(pairs)
+    } else {
+        pairs
+    }
 }
 
 /// Keys per packing task (a multiple of 16 and of 2: whole key blocks and key pairs).
@@ -78,7 +92,7 @@ impl PackedKeys {
     /// `k` `lk x d`, `v` `lk x dv`; packed on all compute threads, in vectors (the same
     /// layouts and roundings as [`pack_keys`] and [`pack_values`]).
     pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
-        let pairs = d.div_ceil(2);
+        let pairs = packed_pairs(d);
         let mut keys = vec![0u32; lk.div_ceil(16) * pairs * 16];
         let mut values = vec![0u32; lk.div_ceil(2) * dv];
         let per = PACK_KEYS_PER_TASK;
@@ -98,12 +112,14 @@ impl PackedKeys {
                 // SAFETY: `PackedKeys` is built only where `cpu::bf16()`; the slices cover keys
                 // `j0..j0 + n` of `k` and `v` and their packed blocks and pairs.
                 unsafe {
-                    x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, rows, kc);
+                    x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, pairs, rows, kc);
                     x86::pack_values_into(&v[j0 * dv..(j0 + n) * dv], n, dv, vc);
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
-                    kc.copy_from_slice(&pack_keys(&k[j0 * d..(j0 + n) * d], n, d)[..kc.len()]);
+                    kc.copy_from_slice(
+                        &pack_keys(&k[j0 * d..(j0 + n) * d], n, d, pairs)[..kc.len()],
+                    );
                     vc.copy_from_slice(&pack_values(&v[j0 * dv..(j0 + n) * dv], n, dv)[..vc.len()]);
                     let _ = rows;
                 }
@@ -114,6 +130,7 @@ impl PackedKeys {
             values,
             lk,
             d,
+            pairs,
             dv,
         }
     }
@@ -229,7 +246,7 @@ impl Scratch {
     pub(crate) fn new(d: usize) -> Self {
         Self {
             scores: vec![0.0; TILE_Q * TILE_K],
-            q_pairs: vec![0; TILE_Q * d.div_ceil(2)],
+            q_pairs: vec![0; TILE_Q * packed_pairs(d)],
             p_pairs: vec![0; TILE_Q * TILE_K / 2],
             max: vec![0.0; TILE_Q],
             sum: vec![0.0; TILE_Q],
@@ -258,14 +275,16 @@ mod x86 {
     /// [`super::pack_keys`] of `n` keys into `out` (`ceil(n/16)` blocks); `rows` is
     /// `16 x ceil(d/2)` scratch: each block's rows are converted in vectors, then transposed.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    /// `pairs` (>= `ceil(d/2)`) pairs per key, the ones past the key's channels zero.
     pub(super) unsafe fn pack_keys_into(
         k: &[f32],
         n: usize,
         d: usize,
+        pairs: usize,
         rows: &mut [u32],
         out: &mut [u32],
     ) {
-        let pairs = d.div_ceil(2);
+        let used = d.div_ceil(2);
         for (b, block) in out.chunks_mut(pairs * 16).enumerate().take(n.div_ceil(16)) {
             let keys = (n - 16 * b).min(16);
             rows.fill(0);
@@ -273,7 +292,7 @@ mod x86 {
                 let j = 16 * b + lane;
                 to_bf16_pairs(
                     &k[j * d..(j + 1) * d],
-                    &mut rows[lane * pairs..(lane + 1) * pairs],
+                    &mut rows[lane * pairs..lane * pairs + used],
                 );
             }
             for (p, dst) in block.chunks_mut(16).enumerate() {
@@ -413,15 +432,18 @@ mod x86 {
         let (lk, d, dv) = (keys.lk, keys.d, keys.dv);
         let (k_packed, v_packed) = (&keys.keys[..], &keys.values[..]);
         let rows = out.len() / dv;
-        let pairs = d.div_ceil(2);
+        let pairs = keys.pairs;
         let blocks_d = dv / 16;
         let q_pairs = &mut scratch.q_pairs[..rows * pairs];
-        if d.is_multiple_of(2) {
+        if d.is_multiple_of(2) && pairs == d / 2 {
             to_bf16_pairs(&q[..rows * d], q_pairs);
         } else {
-            // Row by row: an odd width's last pair takes a zero.
+            // Row by row: an odd width's last pair takes a zero, and so do the pairs the keys
+            // were padded with.
+            let used = d.div_ceil(2);
             for (src, dst) in q.chunks(d).zip(q_pairs.chunks_mut(pairs)) {
-                to_bf16_pairs(src, dst);
+                to_bf16_pairs(src, &mut dst[..used]);
+                dst[used..].fill(0);
             }
         }
         let (max, sum) = (&mut scratch.max[..rows], &mut scratch.sum[..rows]);
@@ -589,7 +611,11 @@ mod tests {
             let k: Vec<f32> = (0..lk * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
             let v: Vec<f32> = (0..lk * dv).map(|i| (i as f32 * 0.11).cos()).collect();
             let p = PackedKeys::new(&k, &v, lk, d, dv);
-            assert_eq!(p.keys, pack_keys(&k, lk, d), "keys {lk}x{d}");
+            assert_eq!(
+                p.keys,
+                pack_keys(&k, lk, d, packed_pairs(d)),
+                "keys {lk}x{d}"
+            );
             assert_eq!(p.values, pack_values(&v, lk, dv), "values {lk}x{dv}");
         }
     }
@@ -598,7 +624,7 @@ mod tests {
     fn packing_layouts() {
         // Two keys of width 4: block 0, pairs p=0,1; lane = key.
         let k = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
-        let p = pack_keys(&k, 2, 4);
+        let p = pack_keys(&k, 2, 4, 2);
         assert_eq!(p.len(), 2 * 16);
         let pair = |a: f32, b: f32| bf16_bits(a) | (bf16_bits(b) << 16);
         assert_eq!(p[0], pair(1.0, 2.0)); // p=0, key 0
