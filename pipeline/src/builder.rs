@@ -75,9 +75,10 @@ impl PipelineBuilder {
     /// Each worker thread runs its model calls inside its own rayon pool of `n` threads: the
     /// tracker's kernels and candle's matrix products both size themselves from the pool they
     /// run in. Default: serial, rayon's global pool (`RAYON_NUM_THREADS`, else every core);
-    /// with encoder-ahead, the global pool's threads split between the two stages (half each,
-    /// at least one), so the encoder of frame N+1 and the tracking of frame N each keep their
-    /// own cores instead of both stages' tasks contending for all of them.
+    /// with encoder-ahead, the encoder gets half the global pool's threads (at least one) and
+    /// so does the tracking of a single object, so the encoder of frame N+1 and the tracking
+    /// of frame N each keep their own cores instead of contending for all of them; with more
+    /// objects the tracking outweighs the encoder and runs on the global pool.
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -110,8 +111,20 @@ impl PipelineBuilder {
             .threads
             .unwrap_or_else(|| (rayon::current_num_threads() / 2).max(1));
         let stage_pool = match self.encoder_ahead {
-            true => make_pool(Some(stage_threads))?,
-            false => make_pool(self.threads)?,
+            true => StagePool {
+                pool: make_pool(Some(stage_threads))?,
+                // Chosen by default: with more objects the tracking outweighs the encoder
+                // (about one object's worth) and takes every core back.
+                max_objects: if self.threads.is_some() {
+                    usize::MAX
+                } else {
+                    1
+                },
+            },
+            false => StagePool {
+                pool: make_pool(self.threads)?,
+                max_objects: usize::MAX,
+            },
         };
         let stage = TrackStage::new(tracker, self.resolution_change, self.hook, stage_pool);
         let mut threads = Vec::new();
@@ -150,6 +163,13 @@ impl PipelineBuilder {
         }
         Ok(Pipeline::start(shared, out_rx, threads))
     }
+}
+
+/// The tracking stage's threads: its own pool (`None`: rayon's global pool), used while it
+/// tracks at most `max_objects` objects; with more it runs on the global pool.
+pub(crate) struct StagePool {
+    pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) max_objects: usize,
 }
 
 pub(crate) fn make_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {

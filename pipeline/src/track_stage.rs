@@ -6,7 +6,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use edgetam_tracker::{Frame, FrameResult, ImageEmbedding, Tracker};
 
-use crate::builder::{install, TrackHook};
+use crate::builder::{install, StagePool, TrackHook};
 use crate::error::{Error, Result};
 use crate::pipeline::{FrameId, FrameOutput, Outcome, ResolutionChange};
 use crate::producer::{prepare, Prepared, Stage2};
@@ -21,7 +21,7 @@ pub(crate) struct TrackStage {
     last_size: Option<(usize, usize)>,
     on_resize: ResolutionChange,
     hook: Option<TrackHook>,
-    pool: Option<rayon::ThreadPool>,
+    pool: StagePool,
 }
 
 impl TrackStage {
@@ -29,7 +29,7 @@ impl TrackStage {
         tracker: Tracker,
         on_resize: ResolutionChange,
         hook: Option<TrackHook>,
-        pool: Option<rayon::ThreadPool>,
+        pool: StagePool,
     ) -> Self {
         Self {
             tracker,
@@ -155,14 +155,18 @@ impl TrackStage {
                 let t = Instant::now();
                 let _span = tracing::info_span!("encode", frame = id).entered();
                 let model = tracker.model().clone();
-                let e = install(&self.pool, || model.encode_frame(frame));
+                let e = install(&self.pool.pool, || model.encode_frame(frame));
                 timings.encode = t.elapsed();
                 e?
             }
         };
         let t = Instant::now();
         let _span = tracing::info_span!("track", frame = id).entered();
-        let r = install(&self.pool, || tracker.track_embedding(image));
+        let pool = match tracker.object_ids().len() <= self.pool.max_objects {
+            true => &self.pool.pool,
+            false => &None,
+        };
+        let r = install(pool, || tracker.track_embedding(image));
         timings.track = t.elapsed();
         Ok(r?)
     }
