@@ -34,24 +34,17 @@ pub(crate) enum Rounding {
 /// A 1x1 convolution's weight `[out, in]` as bf16 channel pairs, `in` even.
 #[derive(Debug)]
 pub(crate) struct PackedWeight {
-    /// Heads, `[out][in/2]`.
-    pairs: Vec<u32>,
-    /// Tails, `[out][in/2]` ([`Rounding::Split`] only).
-    tails: Option<Vec<u32>>,
-    /// The same rows padded to whole tiles of input pairs, on cache-line boundaries, where AMX
-    /// runs the products.
-    amx: Option<AmxWeight>,
+    /// Heads, `[out][stride]` pairs: the `in/2` pairs of each row, then zeros.
+    heads: AlignedPairs,
+    /// Tails, the same layout ([`Rounding::Split`] only).
+    tails: Option<AlignedPairs>,
+    /// Pairs per row: `in/2`, rounded up to whole AMX tiles where AMX runs the products (rows
+    /// on cache-line boundaries for the tile loads; the AVX-512 kernels read the same rows).
+    stride: usize,
+    /// Whether AMX runs the whole tiles.
+    amx: bool,
     pub(crate) out_ch: usize,
     pub(crate) in_ch: usize,
-}
-
-/// [`PackedWeight`] rows for the tile products: `[out][kp16]` pairs, `kp16` the input pairs
-/// rounded up to a tile (zeros past `in/2`).
-#[derive(Debug)]
-struct AmxWeight {
-    heads: AlignedPairs,
-    tails: Option<AlignedPairs>,
-    kp16: usize,
 }
 
 impl PackedWeight {
@@ -73,43 +66,26 @@ impl PackedWeight {
             return None;
         }
         let kp = in_ch / 2;
+        let tiles = amx::available();
+        let stride = if tiles { amx::round_up(kp) } else { kp };
         let split = rounding == Rounding::Split;
-        let mut pairs = Vec::with_capacity(out_ch * kp);
-        let mut tails = Vec::with_capacity(if split { out_ch * kp } else { 0 });
-        for row in weight.chunks_exact(in_ch) {
-            for p in row.chunks_exact(2) {
-                // The head is `bf16_bits` of the value: the same pairs as the bf16 rounding.
+        let mut heads = AlignedPairs::zeroed(out_ch * stride);
+        let mut tails = split.then(|| AlignedPairs::zeroed(out_ch * stride));
+        for (o, row) in weight.chunks_exact(in_ch).enumerate() {
+            for (k, p) in row.chunks_exact(2).enumerate() {
+                // The head is `bf16_bits` of the value: the pairs of the bf16 rounding.
                 let ((h0, t0), (h1, t1)) = (amx::split_bits(p[0]), amx::split_bits(p[1]));
-                pairs.push(h0 | (h1 << 16));
-                if split {
-                    tails.push(t0 | (t1 << 16));
+                heads.as_mut_slice()[o * stride + k] = h0 | (h1 << 16);
+                if let Some(t) = &mut tails {
+                    t.as_mut_slice()[o * stride + k] = t0 | (t1 << 16);
                 }
             }
         }
-        let tails = split.then_some(tails);
-        let amx = amx::available().then(|| {
-            let kp16 = amx::round_up(kp);
-            let pad = |src: &[u32]| {
-                let mut rows = AlignedPairs::zeroed(out_ch * kp16);
-                for (dst, src) in rows
-                    .as_mut_slice()
-                    .chunks_exact_mut(kp16)
-                    .zip(src.chunks_exact(kp))
-                {
-                    dst[..kp].copy_from_slice(src);
-                }
-                rows
-            };
-            AmxWeight {
-                heads: pad(&pairs),
-                tails: tails.as_deref().map(pad),
-                kp16,
-            }
-        });
         Some(Self {
-            pairs,
+            heads,
             tails,
-            amx,
+            stride,
+            amx: tiles,
             out_ch,
             in_ch,
         })
@@ -257,13 +233,13 @@ mod x86 {
         }
     }
 
-    /// `R` output channels x 4 blocks of 16 pixels: weight rows `o0..o0+R` of `pairs` (`kp`
-    /// pairs each), packed lanes `q..q+64`, output pixels `q..q+valid` of rows `ld` apart
-    /// (`valid <= 64`; the rest is masked).
+    /// `R` output channels x 4 blocks of 16 pixels: weight rows `o0..o0+R` of `pairs` (rows
+    /// `stride` pairs apart), packed lanes `q..q+64`, output pixels `q..q+valid` of rows `ld`
+    /// apart (`valid <= 64`; the rest is masked).
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block<const R: usize>(
-        (pairs, kp): (&[u32], usize),
+        (pairs, stride_w): (&[u32], usize),
         o0: usize,
         ks: std::ops::Range<usize>,
         packed: &[u32],
@@ -292,7 +268,7 @@ mod x86 {
             }
             for (r, row) in acc.iter_mut().enumerate() {
                 let a: __m512bh = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
-                    pairs[(o0 + r) * kp + k] as i32,
+                    pairs[(o0 + r) * stride_w + k] as i32,
                 ));
                 for (c, x) in row.iter_mut().enumerate() {
                     *x = _mm512_dpbf16_ps(*x, a, std::mem::transmute::<__m512i, __m512bh>(b[c]));
@@ -306,12 +282,14 @@ mod x86 {
         }
     }
 
-    /// Output rows `rows` x pixels `pixels` with the AVX-512 blocks: one product of `pairs`
-    /// (`kp` per row) and `packed` (rows `stride` lanes apart).
+    /// Output rows `rows` x pixels `pixels` with the AVX-512 blocks: one product of the
+    /// weight's `kp` pairs (`weight`: rows and their stride) and `packed` (rows `stride` lanes
+    /// apart).
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn region(
         weight: (&[u32], usize),
+        kp: usize,
         packed: &[u32],
         stride: usize,
         rows: std::ops::Range<usize>,
@@ -319,7 +297,6 @@ mod x86 {
         out: *mut f32,
         ld_out: usize,
     ) {
-        let kp = weight.1;
         let mut q = pixels.start;
         while q < pixels.end {
             let valid = (pixels.end - q).min(64);
@@ -358,31 +335,31 @@ mod x86 {
         ld_out: usize,
     ) {
         let (stride, oc, kp) = (n.div_ceil(16) * 16, w.out_ch, w.in_ch / 2);
-        let rows = w.amx.as_ref().map_or(kp, |a| a.kp16);
+        let rows = w.stride;
         let split = w.tails.is_some();
         let (heads, mut tails) = scratch.buffers(rows * stride + 64, split);
         pack(x, ld_x, w.in_ch, n, rows, heads, tails.as_deref_mut());
         let (mut m, mut n16) = (0, 0);
-        if let Some(a) = &w.amx {
+        if w.amx {
             (m, n16) = (oc / amx::TILE * amx::TILE, n / amx::TILE * amx::TILE);
             if m > 0 && n16 > 0 {
-                let shape = (m, n16, a.kp16);
-                // SAFETY: `a` holds `oc >= m` rows of `kp16` pairs, the packed input `kp16`
-                // rows of `stride >= n16` lanes, `out` `oc` rows `ld_out` apart from the
-                // block's first pixel (per the caller); a weight with `amx` exists only where
-                // AMX runs.
-                match (&a.tails, tails.as_deref()) {
+                let shape = (m, n16, w.stride);
+                // SAFETY: the weight holds `oc >= m` rows of `stride` pairs (a multiple of
+                // 16), the packed input `stride` rows of `stride >= n16` lanes, `out` `oc` rows
+                // `ld_out` apart from the block's first pixel (per the caller); `w.amx` only
+                // where AMX runs.
+                match (&w.tails, tails.as_deref()) {
                     (Some(wt), Some(xt)) => amx::gemm_split(
-                        (a.heads.as_slice().as_ptr(), wt.as_slice().as_ptr()),
-                        a.kp16,
+                        (w.heads.as_slice().as_ptr(), wt.as_slice().as_ptr()),
+                        w.stride,
                         (amx::BMatrix::rows(heads.as_ptr(), stride), xt.as_ptr()),
                         out,
                         ld_out,
                         shape,
                     ),
                     _ => amx::gemm(
-                        a.heads.as_slice().as_ptr(),
-                        a.kp16,
+                        w.heads.as_slice().as_ptr(),
+                        w.stride,
                         amx::BMatrix::rows(heads.as_ptr(), stride),
                         out,
                         ld_out,
@@ -396,13 +373,14 @@ mod x86 {
         // Everything the tiles left: the rows past `m` at every pixel, the pixels past `n16`
         // in the first `m` rows.
         let edges = |weight: &[u32], packed: &[u32]| {
-            region((weight, kp), packed, stride, m..oc, 0..n, out, ld_out);
-            region((weight, kp), packed, stride, 0..m, n16..n, out, ld_out);
+            let weight = (weight, w.stride);
+            region(weight, kp, packed, stride, m..oc, 0..n, out, ld_out);
+            region(weight, kp, packed, stride, 0..m, n16..n, out, ld_out);
         };
-        edges(&w.pairs, heads);
+        edges(w.heads.as_slice(), heads);
         if let (Some(wt), Some(xt)) = (&w.tails, tails.as_deref()) {
-            edges(&w.pairs, xt);
-            edges(wt, heads);
+            edges(w.heads.as_slice(), xt);
+            edges(wt.as_slice(), heads);
         }
     }
 }
@@ -488,10 +466,13 @@ mod tests {
             return Ok(());
         }
         let dev = Device::Cpu;
+        // (Where AMX runs: whole 16x16 tiles on the tile unit, the rest on the AVX-512 blocks;
+        // 40 outputs at 13x11 pixels mix both.)
         for (n, ci, co, h, w) in [
             (1usize, 48usize, 96usize, 40usize, 40usize),
             (2, 24, 6, 13, 11),
             (1, 256, 32, 64, 64),
+            (1, 48, 40, 13, 11),
         ] {
             let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
             let b = Tensor::randn(0f32, 1.0, co, &dev)?;
@@ -515,6 +496,38 @@ mod tests {
                     "{name} {n}x{ci}->{co} {h}x{w}: rel {e:e}"
                 );
             }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod split {
+    use candle_core::{Device, Tensor};
+
+    use super::Rounding;
+    use crate::model::conv::Pointwise;
+
+    /// Split products (AMX only) are f32-accurate: within 1e-5 (relative L2) of the exact
+    /// conv, where bf16 is off by ~1e-3; the tile and edge paths both take part.
+    #[test]
+    fn split_products_match_the_exact_conv_to_f32_accuracy() -> candle_core::Result<()> {
+        if !crate::kernels::amx::available() {
+            eprintln!("skipped: no AMX here");
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for (ci, co, h, w) in [(192usize, 384usize, 32usize, 32usize), (48, 40, 13, 11)] {
+            let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, co, &dev)?;
+            let exact = Pointwise::new(&wt, &b)?;
+            let mut fast = Pointwise::new(&wt, &b)?;
+            assert!(fast.set_rounding(Some(Rounding::Split)));
+            let x = Tensor::randn(0f32, 1.0, (1, ci, h, w), &dev)?;
+            let (want, got) = (exact.forward(&x)?, fast.forward(&x)?);
+            let d = (&got - &want)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
+            let e = (d / want.sqr()?.sum_all()?.to_scalar::<f32>()?).sqrt();
+            assert!(e < 1e-5, "{ci}->{co} at {h}x{w}: relative L2 {e:e}");
         }
         Ok(())
     }
