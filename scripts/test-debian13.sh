@@ -6,6 +6,8 @@
 #   scripts/test-debian13.sh            make the root if needed, build, test (CI: scripts/test.sh)
 #   scripts/test-debian13.sh --prepare  only make / update the root
 #   scripts/test-debian13.sh --shell    an interactive shell in the root (repo at /src)
+#   scripts/test-debian13.sh --run CMD  one command in the root (in /src), e.g.
+#       --run 'cargo test --release -p gst-plugin-edgetam --features v1_26 --test analytics'
 #
 # Cached between runs, outside the clone (EDGETAM_CI_CACHE, default /var/cache/edgetam-ci):
 #   debian13/root/    the Debian 13 root (~5 min to make once, ~600 MB)
@@ -25,8 +27,12 @@ case "${1:-}" in
   "") ;;
   --prepare) MODE=prepare ;;
   --shell) MODE=shell ;;
+  --run)
+    MODE=run
+    RUN_CMD=${2:?--run needs a command}
+    ;;
   -h | --help)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -198,6 +204,15 @@ if [ "$MODE" = shell ]; then
   say "shell in the root (repo at /src, target at /target); exit to unmount"
   in_root 'exec bash -i' || true
   exit 0
+fi
+if [ "$MODE" = run ]; then
+  say "in the root: $RUN_CMD"
+  set +e
+  in_root "$RUN_CMD"
+  rc=$?
+  set -e
+  say "exit $rc"
+  exit "$rc"
 fi
 
 say "GStreamer in the root: $(in_root 'pkg-config --modversion gstreamer-analytics-1.0') (gstreamer-analytics-1.0)"
