@@ -219,16 +219,31 @@ say "GStreamer in the root: $(in_root 'pkg-config --modversion gstreamer-analyti
 log=$CACHE/test.log
 : >"$log"
 status=0
-# v1_26 (every Mtd, segmentation too) runs the plugin's whole test suite; v1_24 (what an
-# Ubuntu 24.04 build gets) runs the analytics tests, whose expectations follow the feature.
-for run in "v1_26:" "v1_24:--test analytics --test analytics_launch"; do
-  feature=${run%%:*}
-  tests=${run#*:}
-  say "build + test gst-plugin-edgetam --features $feature (${tests:-every test})"
+# v1_26 (every Mtd, segmentation too) runs the plugin's whole test suite but the facedetect
+# test (its detector, gstreamer1.0-opencv, is not in the root; the Debian 12 run has it);
+# v1_24 (what an Ubuntu 24.04 build gets) runs the analytics tests, whose expectations follow
+# the feature.
+declare -A TESTS=(
+  [v1_26]="-- --skip facedetect_upstream_prompts_the_face"
+  [v1_24]="--test analytics --test analytics_launch"
+)
+# The plugin's library is a cdylib: cargo names it (and its rlib) without a hash, so a build
+# with one feature overwrites the other's while cargo still deems that one fresh. The plugin
+# is cleaned when the feature changes, and the run starts with the feature built last.
+marker=$TARGET/.edgetam-plugin-feature
+order=(v1_26 v1_24)
+if [ "$(cat "$marker" 2>/dev/null)" = v1_24 ]; then order=(v1_24 v1_26); fi
+for feature in "${order[@]}"; do
+  tests=${TESTS[$feature]}
+  say "build + test gst-plugin-edgetam --features $feature ($tests)"
   t=$SECONDS
+  if [ "$(cat "$marker" 2>/dev/null)" != "$feature" ]; then
+    in_root "cargo clean --release -q -p gst-plugin-edgetam"
+  fi
+  echo "$feature" >"$marker"
   set +e
   in_root "cargo test --release --locked -p gst-plugin-edgetam --features $feature $tests" 2>&1 |
-    tee -a "$log" | grep -E '^(test result:|test .* (FAILED|ok)$|error|warning: unused|---- )' 
+    tee -a "$log" | grep --line-buffered -E '^(test result:|test .* FAILED|error(\[|:)|---- |thread .* panicked)'
   rc=${PIPESTATUS[0]}
   set -e
   say "$feature: exit $rc in $((SECONDS - t)) s"
@@ -236,5 +251,5 @@ for run in "v1_26:" "v1_24:--test analytics --test analytics_launch"; do
 done
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "debian13 tests: %d passed, %d failed\n", p, f }' "$log"
-say "done (full log: $log)"
+say "done in $((SECONDS - started)) s (full log: $log)"
 exit "$status"
