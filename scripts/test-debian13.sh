@@ -191,6 +191,8 @@ bind "$CARGO_HOME" "$ROOT/opt/cargo"
 bind "$REPO" "$ROOT/src"
 bind "$TARGET" "$ROOT/target"
 mkdir -p "$ROOT/tmp" && chmod 1777 "$ROOT/tmp"
+# The tests' scratch folders (a copy of the plugin each, ~110 MB) from earlier runs.
+rm -rf --one-file-system "$ROOT"/tmp/edgetam-gst-*
 
 in_root() {
   chroot "$ROOT" /usr/bin/env -i HOME=/root LC_ALL=C.UTF-8 TERM="${TERM:-dumb}" \
