@@ -34,7 +34,7 @@
 //! the sigmoid of `score`) with `od RELATE_TO tracking`, and with `v1_26` (GStreamer >= 1.26) a
 //! segmentation Mtd with `od RELATE_TO segmentation`: instance type, region ids `[0, 1]`, the
 //! mask cut to the box as a GRAY8 buffer with a `GstVideoMeta` (0 outside, 1 inside), located
-//! at the box (read it with [`crate::segmentation`]). An upstream object-detection Mtd that
+//! at the box (read it with `gstedgetam::segmentation`). An upstream object-detection Mtd that
 //! prompted or matched an object (`prompt-source=analytics`) relates to its tracking Mtd
 //! (`detection RELATE_TO tracking`). Running times of buffers without a timestamp are 0.
 //!
