@@ -244,8 +244,12 @@ for feature in "${order[@]}"; do
   fi
   echo "$feature" >"$marker"
   set +e
-  in_root "cargo test --release --locked -p gst-plugin-edgetam --features $feature $tests" 2>&1 |
-    tee -a "$log" | grep --line-buffered -E '^(test result:|test .* FAILED|error(\[|:)|---- |thread .* panicked)'
+  # --no-fail-fast: every test binary runs even when one fails. The console gets the test
+  # results and failures, the workspace crates' compile lines and a count of the others.
+  in_root "cargo test --release --locked --no-fail-fast -p gst-plugin-edgetam --features $feature $tests" 2>&1 |
+    tee -a "$log" | awk '
+      /^ *Compiling / { n++; if ($2 ~ /^(edgetam|gst-plugin)/ || n % 50 == 0) { printf "  compiling: %d crates (%s)\n", n, $2; fflush() } next }
+      /^ *(Finished|Running) |^test result:|^test .* FAILED|^error(\[|:)|^---- |^thread .* panicked/ { print; fflush() }'
   rc=${PIPESTATUS[0]}
   set -e
   say "$feature: exit $rc in $((SECONDS - t)) s"
