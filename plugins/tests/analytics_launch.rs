@@ -11,6 +11,7 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::str::FromStr;
 use std::sync::OnceLock;
 
 use common::{frames, library, model_dir, repo, tmp, write_pngs, H, PROMPTS, W};
@@ -183,6 +184,99 @@ fn objectdetectionoverlay_draws_the_tracked_boxes() {
             }
         }
     }
+}
+
+/// The `edgetam-tracking` messages of element `name` printed by `gst-launch-1.0 -m`.
+fn tracking_messages(o: &Output, name: &str) -> Vec<gst::Structure> {
+    gst::init().expect("gst init");
+    let from = format!("from element \"{name}\" (element): ");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(from.as_str()).map(|(_, s)| s))
+        .filter(|s| s.starts_with("edgetam-tracking"))
+        .map(|s| gst::Structure::from_str(s.trim_end_matches(';')).expect("message structure"))
+        .collect()
+}
+
+/// A real chain of producers: Debian's stock `facedetect` attaches `face` ROI metas, a first
+/// edgetamtrack (`prompt-source=roi-meta`) tracks the faces and attaches `face`
+/// object-detection Mtds, a second one (`prompt-source=analytics`) takes those Mtds as its
+/// detections, in the real `gst-launch-1.0`: every detection it reports is one of the first
+/// element's visible objects, box for box, and the first one starts its object 1.
+#[test]
+fn a_second_element_takes_upstream_od_mtds_as_prompts() {
+    let photo = std::path::Path::new("/usr/share/doc/opencv-doc/examples/data/messi5.jpg");
+    assert!(
+        photo.exists(),
+        "needs gstreamer1.0-opencv, opencv-data and opencv-doc"
+    );
+    let o = launch(&format!(
+        "-m filesrc location={} ! jpegdec ! imagefreeze num-buffers=4 ! videoconvert \
+         ! facedetect display=false ! videoconvert \
+         ! edgetamtrack name=first model={model} prompt-source=roi-meta prompt-roi-types=face \
+           post-messages=true \
+         ! edgetamtrack name=second model={model} prompt-source=analytics prompt-roi-types=face \
+           post-messages=true ! fakesink",
+        photo.display(),
+        model = model_dir().display()
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let first = tracking_messages(&o, "first");
+    let second = tracking_messages(&o, "second");
+    assert_eq!((first.len(), second.len()), (4, 4), "{}", text(&o));
+    let structures = |m: &gst::Structure, field: &str| -> Vec<gst::Structure> {
+        m.get::<gst::Array>(field)
+            .expect(field)
+            .iter()
+            .map(|v| v.get::<gst::Structure>().expect("structure"))
+            .collect()
+    };
+    let rect =
+        |s: &gst::Structure| ["x", "y", "width", "height"].map(|k| s.get::<u32>(k).expect(k));
+    let mut detections = 0;
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        let faces: Vec<[u32; 4]> = structures(a, "objects")
+            .iter()
+            .filter(|o| o.get::<bool>("visible").expect("visible"))
+            .inspect(|o| assert_eq!(o.get::<String>("label").expect("label"), "face"))
+            .map(rect)
+            .collect();
+        let mut seen: Vec<[u32; 4]> = structures(b, "detections")
+            .iter()
+            .inspect(|d| assert_eq!(d.get::<String>("label").expect("label"), "face"))
+            .map(rect)
+            .collect();
+        seen.sort_unstable();
+        let mut want = faces.clone();
+        want.sort_unstable();
+        assert_eq!(seen, want, "frame {i}: {b}");
+        detections += seen.len();
+        let decisions: Vec<(String, u32)> = structures(b, "detections")
+            .iter()
+            .map(|d| {
+                (
+                    d.get::<String>("decision").expect("decision"),
+                    d.get::<u32>("object").expect("object"),
+                )
+            })
+            .collect();
+        eprintln!("frame {i}: first's visible faces {faces:?}, second's decisions {decisions:?}");
+        for o in structures(b, "objects") {
+            assert_eq!(o.get::<String>("label").expect("label"), "face");
+        }
+        if i == 0 {
+            let d = structures(b, "detections");
+            assert_eq!(
+                d.first().map(|d| (
+                    d.get::<String>("decision").expect("d"),
+                    d.get::<u32>("object").expect("o")
+                )),
+                Some(("new".to_string(), 1)),
+                "{b}"
+            );
+        }
+    }
+    assert!(detections > 0, "the first element showed no face");
 }
 
 /// An application in Python pushes frames into a live appsrc (the fixture sequence, with white
