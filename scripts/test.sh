@@ -50,8 +50,10 @@ status=${PIPESTATUS[0]}
 set -e
 # The plugin against GStreamer 1.26 (features v1_24 and v1_26: analytics metas, the stock
 # objectdetectionoverlay, a PyGObject client) in a Debian 13 root, cached under
-# /var/cache/edgetam-ci. Cold (root + build) ~20 min on 2 cores, warm (a fresh clone: the
-# workspace crates rebuild) ~8 min; SKIP_DEBIAN13=1 skips it locally.
+# /var/cache/edgetam-ci. Cold: the root ~5 min (debootstrap + packages, network-bound) and the
+# dependencies built once (~13 CPU-minutes, ~8 min on 2 cores); warm, on a fresh clone: the
+# workspace crates and the plugin's test binaries rebuild, then 45 tests (~3-4 min on a quiet
+# 2-core machine; 11.7 min measured on a loaded shared one). SKIP_DEBIAN13=1 skips it.
 if [ "${SKIP_DEBIAN13:-0}" != 1 ]; then
   debian13_start=$SECONDS
   set +e
