@@ -10,8 +10,9 @@
 #       --run 'cargo test --release -p gst-plugin-edgetam --features v1_26 --test analytics'
 #
 # Cached between runs, outside the clone (EDGETAM_CI_CACHE, default /var/cache/edgetam-ci):
-#   debian13/root/    the Debian 13 root (~5 min to make once, ~600 MB)
-#   debian13/target/  its cargo target folder (the build against 1.26 differs from the host's)
+#   debian13/root/    the Debian 13 root (~5 min to make once, ~3 GB)
+#   debian13/target/  its cargo target folder (the build against 1.26 differs from the host's;
+#                     ~2.5 GB)
 # A run that finds both up to date only rebuilds what changed in the repo. Delete the folder
 # (`rm -rf --one-file-system`, never while this script runs) to start over.
 #
@@ -255,6 +256,7 @@ for feature in "${order[@]}"; do
   say "$feature: exit $rc in $((SECONDS - t)) s"
   if [ "$rc" -ne 0 ]; then status=$rc; fi
 done
+rm -rf --one-file-system "$ROOT"/tmp/edgetam-gst-*
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "debian13 tests: %d passed, %d failed\n", p, f }' "$log"
 say "done in $((SECONDS - started)) s (full log: $log)"
