@@ -17,6 +17,8 @@ pub mod convert;
 pub mod edgetamtrack;
 pub mod overlay;
 pub mod results;
+#[cfg(feature = "v1_26")]
+pub mod segmentation;
 
 pub use edgetamtrack::{EdgeTamTrack, Overlay};
 

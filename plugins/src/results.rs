@@ -16,9 +16,27 @@
 //! | `mask` | `GstBuffer` | the object's mask: `mask-width x mask-height` bytes, row-major, no padding, **0 = outside, 1 = inside** (exactly the library's `Mask`) |
 //! | `mask-width`, `mask-height` | `guint` | the frame's size (the mask covers the whole frame) |
 //! | `frame` | `guint64` | the tracker's frame index (since the last reset) |
+//! | `stale` | `gboolean` | true on buffers the tracker did not see (live mode) |
+//! | `label` | `gchararray` | the detector's class when a detection started the object, else `edgetam` |
 //!
-//! Buffers the element did not track (skipped in `live-mode`, or a failed frame) carry no
-//! `edgetam` metas.
+//! Buffers the element passed untracked in `live-mode` carry the last tracked buffer's objects
+//! with `stale = true` (and `frame` naming that buffer); a buffer that failed to track carries
+//! none.
+//!
+//! # Analytics metas (features `v1_24`, `v1_26`)
+//!
+//! Built with `v1_24` (GStreamer >= 1.24), each buffer with objects also carries one
+//! `GstAnalyticsRelationMeta` (upstream's when the buffer came with one) holding, per object
+//! the tracker has, a tracking Mtd: tracking id = object id, first seen = running time of the
+//! first tracked buffer whose result has it, last seen = running time of the latest tracked
+//! buffer on which it was visible, lost = not visible on this buffer. Per visible object also
+//! an object-detection Mtd (object type = its `label`, the ROI meta's rectangle, confidence =
+//! the sigmoid of `score`) with `od RELATE_TO tracking`, and with `v1_26` (GStreamer >= 1.26) a
+//! segmentation Mtd with `od RELATE_TO segmentation`: instance type, region ids `[0, 1]`, the
+//! mask cut to the box as a GRAY8 buffer with a `GstVideoMeta` (0 outside, 1 inside), located
+//! at the box (read it with `gstedgetam::segmentation`). An upstream object-detection Mtd that
+//! prompted or matched an object (`prompt-source=analytics`) relates to its tracking Mtd
+//! (`detection RELATE_TO tracking`). Running times of buffers without a timestamp are 0.
 //!
 //! # Bus messages (`post-messages=true`)
 //!
@@ -29,7 +47,9 @@
 //! `processing-time` (`guint64` ns) and `objects`, a `GstValueArray` of structures named
 //! [`OBJECT_NAME`] (`"object"`), one per tracked object, visible or not: `id` (`guint`),
 //! `score` (`gfloat`), `visible` (`gboolean`), `area` (`guint64`), `x`, `y`, `width`,
-//! `height` (`guint`; all 0 when the mask is empty).
+//! `height` (`guint`; all 0 when the mask is empty), `label` (`gchararray`), `first-seen`,
+//! `last-seen` (`guint64` ns, as in the tracking Mtds above); and `detections`, the decision
+//! on each upstream detection (see [`crate::edgetamtrack::detector`]).
 //!
 //! # Custom event (runtime prompts)
 //!

@@ -28,6 +28,9 @@ pub struct Detection {
     pub label: String,
     /// The detector's confidence when its meta carries one.
     pub confidence: Option<f64>,
+    /// The id of the analytics object-detection Mtd it was read from (in the buffer's first
+    /// relation meta): the element relates it to the object's tracking Mtd.
+    pub mtd_id: Option<u32>,
 }
 
 /// What became of a detection.
@@ -243,6 +246,7 @@ mod tests {
             bbox: b,
             label: "face".into(),
             confidence: Some(conf),
+            mtd_id: None,
         }
     }
 

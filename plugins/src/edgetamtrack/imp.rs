@@ -17,7 +17,7 @@ use gst_base::subclass::base_transform::GenerateOutputSuccess;
 use gst_base::subclass::prelude::*;
 use gst_video::subclass::prelude::*;
 
-use super::detector::Rules;
+use super::detector::{Decision, Rules};
 use super::output::{self, Decisions, LastObjects};
 use super::prompts::{self, Command, Objects, SpecError};
 use super::settings::{self, Settings};
@@ -530,8 +530,10 @@ impl EdgeTamTrack {
                 }
                 match out.outcome {
                     Outcome::Tracked(r) => {
-                        state.objects.observe(&r, p.index);
-                        state.last = Some(LastObjects::new(&r));
+                        // The analytics Mtds' times: running time (0 for a buffer without one).
+                        let time = p.running_time.unwrap_or(gst::ClockTime::ZERO);
+                        state.objects.observe(&r, p.index, time);
+                        state.last = Some(LastObjects::new(&r, &state.objects.seen, time));
                         let margin = if settings.live_mode {
                             Self::frame_duration(&buf, &info)
                         } else {
@@ -550,6 +552,7 @@ impl EdgeTamTrack {
                                 &r,
                                 processing,
                                 &state.objects.labels,
+                                &state.objects.seen,
                                 &p.decisions,
                             )));
                         }
@@ -584,7 +587,22 @@ impl EdgeTamTrack {
                 Err(e) => gst::warning!(CAT, imp = self, "cannot map the buffer for drawing: {e}"),
             }
         }
-        output::attach(b, last, !fresh, &state.objects.labels);
+        // Upstream detections (analytics Mtds) that prompted or matched an object, on the
+        // buffer they came with.
+        let sources: Vec<(u32, u32)> = if fresh {
+            p.decisions
+                .iter()
+                .filter_map(|(d, decision)| match decision {
+                    Decision::Refused => None,
+                    _ => Some((d.mtd_id?, decision.object())),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for e in output::attach(b, last, !fresh, &state.objects.labels, &sources) {
+            gst::warning!(CAT, imp = self, "{e}");
+        }
         buf
     }
 

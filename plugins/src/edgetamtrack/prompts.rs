@@ -9,7 +9,7 @@ use edgetam_pipeline::{Pipeline, PromptSpec, PromptSpecError};
 use edgetam_tracker::{FrameResult, Mask, ObjectPrompt, Prompt};
 
 use super::detector::{self, Decision, Detection, Rules, Tracked};
-use super::output::{Decisions, Labels};
+use super::output::{Decisions, Labels, Seen};
 
 /// A runtime command from a signal or an event.
 #[derive(Debug, Clone)]
@@ -81,6 +81,8 @@ pub fn schedule(text: &str) -> Result<Vec<(u64, u32, ObjectPrompt)>, SpecError> 
 pub struct Objects {
     pub known: BTreeMap<u32, Tracked>,
     pub labels: Labels,
+    /// When each object the tracker has was first tracked and last seen.
+    pub seen: BTreeMap<u32, Seen>,
     /// The id a detection's new object gets.
     pub next_id: u32,
 }
@@ -121,6 +123,7 @@ impl Objects {
             Command::Remove(obj) => {
                 self.known.remove(&obj);
                 self.labels.remove(&obj);
+                self.seen.remove(&obj);
                 pipeline.remove_object(obj)
             }
             Command::Reset => {
@@ -134,22 +137,31 @@ impl Objects {
     pub fn clear(&mut self) {
         self.known.clear();
         self.labels.clear();
+        self.seen.clear();
     }
 
-    /// Records the result of the buffer with element index `index`: each object's box and
-    /// absence; objects the tracker no longer has are forgotten (not those prompted for later
-    /// buffers, which this result cannot know yet).
-    pub fn observe(&mut self, r: &FrameResult, index: u64) {
+    /// Records the result of the buffer with element index `index` and running time `time`:
+    /// each object's box, absence and seen times; objects the tracker no longer has are
+    /// forgotten (not those prompted for later buffers, which this result cannot know yet).
+    pub fn observe(&mut self, r: &FrameResult, index: u64, time: gst::ClockTime) {
         let ids: std::collections::BTreeSet<u32> = r.objects.iter().map(|o| o.id).collect();
         self.known
             .retain(|id, t| ids.contains(id) || t.since > index);
         let known = &self.known;
         self.labels.retain(|id, _| known.contains_key(id));
+        self.seen.retain(|id, _| ids.contains(id));
         for o in &r.objects {
             self.known
                 .entry(o.id)
                 .or_default()
                 .observe(o.visible, o.bbox);
+            let seen = self.seen.entry(o.id).or_insert(Seen {
+                first: time,
+                last: time,
+            });
+            if o.visible {
+                seen.last = time;
+            }
         }
     }
 
@@ -213,12 +225,16 @@ pub fn roi_detections(
                 bbox: [x as f32, y as f32, (x + w) as f32, (y + h) as f32],
                 label,
                 confidence,
+                mtd_id: None,
             })
         })
         .collect()
 }
 
-/// The accepted object-detection Mtds of a buffer's analytics relation metas.
+/// The accepted object-detection Mtds of a buffer's analytics relation metas (the box in frame
+/// pixels, the object type as label, the location confidence). Detections of the first
+/// relation meta, where the element adds its own Mtds, keep their Mtd id (see
+/// [`Detection::mtd_id`]).
 #[cfg(feature = "v1_24")]
 pub fn analytics_detections(
     buf: &gst::BufferRef,
@@ -227,7 +243,7 @@ pub fn analytics_detections(
 ) -> Vec<Detection> {
     use gst_analytics::{AnalyticsMetaRefExt, AnalyticsODMtd, AnalyticsRelationMeta};
     let mut out = Vec::new();
-    for meta in buf.iter_meta::<AnalyticsRelationMeta>() {
+    for (n, meta) in buf.iter_meta::<AnalyticsRelationMeta>().enumerate() {
         for od in meta.iter::<AnalyticsODMtd>() {
             let label = od
                 .obj_type()
@@ -249,6 +265,7 @@ pub fn analytics_detections(
                 ],
                 label,
                 confidence,
+                mtd_id: (n == 0).then(|| od.id()),
             });
         }
     }
