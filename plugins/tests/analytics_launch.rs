@@ -9,69 +9,16 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::str::FromStr;
-use std::sync::OnceLock;
 
+use common::launch::{text, with_plugin};
 use common::{frames, library, model_dir, repo, tmp, write_pngs, H, PROMPTS, W};
-
-/// `target/<profile>`, from this test binary's path (`target/<profile>/deps/<test>-*`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-/// A folder holding only the plugin cargo built for this test (see gst_launch.rs).
-fn plugin_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let built = |p: PathBuf| {
-            let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
-            Some((modified, p))
-        };
-        let lib = [
-            target_dir().join("deps").join("libgstedgetam.so"),
-            target_dir().join("libgstedgetam.so"),
-        ]
-        .into_iter()
-        .filter_map(built)
-        .max()
-        .map(|(_, p)| p)
-        .expect("libgstedgetam.so built next to the test binary");
-        let dir = tmp("plugin");
-        std::fs::copy(&lib, dir.join("libgstedgetam.so")).expect("copy the plugin");
-        dir
-    })
-    .clone()
-}
-
-fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .env("GST_PLUGIN_PATH", plugin_dir())
-        .env("GST_REGISTRY", tmp("registry").join("registry.bin"))
-        .env_remove("GST_DEBUG")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// `gst-launch-1.0` with `pipeline` split on whitespace.
 fn launch(pipeline: &str) -> Output {
     let args: Vec<&str> = pipeline.split_whitespace().collect();
-    run("gst-launch-1.0", &args)
+    with_plugin("gst-launch-1.0", &args, &[])
 }
 
 /// The four fixture frames through edgetamtrack and `middle` into raw RGB frames.
@@ -317,7 +264,7 @@ fn python_application_reads_the_relation_meta() {
     if cfg!(feature = "v1_26") {
         args.push("--segmentation");
     }
-    let o = run("python3", &args);
+    let o = with_plugin("python3", &args, &[]);
     assert!(o.status.success(), "{}", text(&o));
     eprintln!("{}", String::from_utf8_lossy(&o.stdout));
 }

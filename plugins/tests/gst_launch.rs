@@ -9,79 +9,18 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::str::FromStr;
-use std::sync::OnceLock;
 
+use common::launch::{text, with_plugin};
 use common::{frames, library, model_dir, tmp, write_pngs, PROMPTS};
 
-/// `target/<profile>`, from this test binary's path (`target/<profile>/deps/gst_launch-*`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-/// A folder holding only the plugin.
-fn plugin_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // `cargo test` builds the cdylib into `deps/` (beside this binary) but copies it up to
-        // `target/<profile>/` only on `cargo build`: take the newer of the two, so a stale
-        // copy from an earlier build is never tested.
-        let built = |p: PathBuf| {
-            let modified = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
-            Some((modified, p))
-        };
-        let lib = [
-            target_dir().join("deps").join("libgstedgetam.so"),
-            target_dir().join("libgstedgetam.so"),
-        ]
-        .into_iter()
-        .filter_map(built)
-        .max()
-        .map(|(_, p)| p)
-        .unwrap_or_else(|| {
-            panic!(
-                "libgstedgetam.so not built in {}: run `cargo build --release -p gst-plugin-edgetam`",
-                target_dir().display()
-            )
-        });
-        let dir = tmp("plugin");
-        std::fs::copy(&lib, dir.join("libgstedgetam.so")).expect("copy the plugin");
-        dir
-    })
-    .clone()
-}
-
 fn gst_tool(tool: &str, args: &[&str]) -> Output {
-    gst_tool_env(tool, args, &[])
+    with_plugin(tool, args, &[])
 }
 
 fn gst_tool_env(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(tool);
-    cmd.args(args)
-        .env("GST_PLUGIN_PATH", plugin_dir())
-        .env("GST_REGISTRY", tmp("registry").join("registry.bin"))
-        .env_remove("GST_DEBUG")
-        .env_remove("GST_TRACERS");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {tool} (install gstreamer1.0-tools): {e}"))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    with_plugin(tool, args, env)
 }
 
 /// `gst-launch-1.0 -m` with `pipeline` split on whitespace (no quoting needed in ours).

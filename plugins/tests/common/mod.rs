@@ -2,6 +2,8 @@
 //! Shared helpers: the 256 fixture model as a model folder, the fixture sequence's frames and
 //! prompts, and the library pipeline's results on them.
 
+pub mod launch;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once, OnceLock};
 

@@ -43,16 +43,33 @@ pub(crate) unsafe fn gemm(
     ldc: usize,
     (m, n, kp): (usize, usize, usize),
 ) {
+    // SAFETY: per the caller.
+    unsafe { products(&[(a, b.ptr)], lda, b, c, ldc, (m, n, kp)) }
+}
+
+/// `C += sum of A_i B_i` over `terms` (pairs of `A` and `B` first elements sharing `lda` and
+/// `layout`), with the tile state configured around it.
+///
+/// # Safety
+/// As [`gemm`], for every term.
+unsafe fn products(
+    terms: &[(*const u32, *const u32)],
+    lda: usize,
+    layout: BMatrix,
+    c: *mut f32,
+    ldc: usize,
+    (m, n, kp): (usize, usize, usize),
+) {
     debug_assert!(m % TILE == 0 && n % TILE == 0 && kp % TILE == 0);
     // SAFETY: per the caller (the tile state is this thread's until `release`).
     #[cfg(target_arch = "x86_64")]
     unsafe {
         x86::configure();
-        x86::blocks(&[(a, b.ptr)], lda, b, c, ldc, (m, n, kp));
+        x86::blocks(terms, lda, layout, c, ldc, (m, n, kp));
         x86::release();
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a, lda, b, c, ldc, m, n, kp);
+    let _ = (terms, lda, layout, c, ldc, m, n, kp);
 }
 
 /// Where `B`'s pairs lie: element `(k, j)` (pair row `k`, column `j`) at
@@ -98,18 +115,10 @@ pub(crate) unsafe fn gemm_split(
     ldc: usize,
     (m, n, kp): (usize, usize, usize),
 ) {
-    debug_assert!(m % TILE == 0 && n % TILE == 0 && kp % TILE == 0);
+    // The small terms first: they are summed before the large one joins them.
+    let terms = [(a_head, b_tail), (a_tail, b_head.ptr), (a_head, b_head.ptr)];
     // SAFETY: per the caller.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        x86::configure();
-        // The small terms first: they are summed before the large one joins them.
-        let terms = [(a_head, b_tail), (a_tail, b_head.ptr), (a_head, b_head.ptr)];
-        x86::blocks(&terms, lda, b_head, c, ldc, (m, n, kp));
-        x86::release();
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (a_head, a_tail, lda, b_head, b_tail, c, ldc, m, n, kp);
+    unsafe { products(&terms, lda, b_head, c, ldc, (m, n, kp)) }
 }
 
 /// A `Vec<u32>` whose first element sits on a 64-byte boundary (a cache line, and a tile

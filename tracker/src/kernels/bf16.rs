@@ -37,6 +37,25 @@ mod x86 {
         }
     }
 
+    /// The word order that turns `cvtne2ps2bf16(b, a)` (16 bf16 of `a`, then 16 of `b`) into
+    /// pairs `(a[i], b[i])`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn pair_lanes() -> __m512i {
+        _mm512_set_epi16(
+            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+            4, 19, 3, 18, 2, 17, 1, 16, 0,
+        )
+    }
+
+    /// The first `valid` (<= 16) of 16 lanes.
+    fn first_lanes(valid: usize) -> __mmask16 {
+        if valid >= 16 {
+            0xffff
+        } else {
+            (1u16 << valid) - 1
+        }
+    }
+
     /// [`interleave_bf16`] of `a` and `b` into `heads`, and of what the rounding left
     /// (`a - head`, `b - head`, rounded to bf16 in turn) into `tails`: the operands of the split
     /// (f32-accurate) products. Same length for all four.
@@ -47,19 +66,11 @@ mod x86 {
         heads: &mut [u32],
         tails: &mut [u32],
     ) {
-        let idx = _mm512_set_epi16(
-            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
-            4, 19, 3, 18, 2, 17, 1, 16, 0,
-        );
+        let idx = pair_lanes();
         let n = heads.len().min(tails.len()).min(a.len()).min(b.len());
         let mut i = 0;
         while i < n {
-            let valid = (n - i).min(16);
-            let mask: __mmask16 = if valid == 16 {
-                0xffff
-            } else {
-                (1u16 << valid) - 1
-            };
+            let mask = first_lanes((n - i).min(16));
             let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
             let vb = _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i));
             let (ha, hb) = (_mm512_cvtneps_pbh(va), _mm512_cvtneps_pbh(vb));
@@ -79,19 +90,11 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     pub(crate) unsafe fn interleave_bf16(a: &[f32], b: Option<&[f32]>, out: &mut [u32]) {
         // Lanes (a0, b0, a1, b1, ...) from the two converted 16-lane halves.
-        let idx = _mm512_set_epi16(
-            31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
-            4, 19, 3, 18, 2, 17, 1, 16, 0,
-        );
+        let idx = pair_lanes();
         let n = out.len().min(a.len());
         let mut i = 0;
         while i < n {
-            let valid = (n - i).min(16);
-            let mask: __mmask16 = if valid == 16 {
-                0xffff
-            } else {
-                (1u16 << valid) - 1
-            };
+            let mask = first_lanes((n - i).min(16));
             let va = _mm512_maskz_loadu_ps(mask, a.as_ptr().add(i));
             let vb = match b {
                 Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(i)),
