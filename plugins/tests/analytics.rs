@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{frames, init, library, model_dir, H, PROMPTS, W};
+use common::{decisions, frames, init, library, model_dir, H, PROMPTS, W};
 use gst::prelude::*;
 use gst_analytics::prelude::*;
 use gst_analytics::{
@@ -393,20 +393,6 @@ fn with_detections(
         }
     }
     (b, ids)
-}
-
-fn decisions(s: &gst::Structure) -> Vec<(String, u32)> {
-    s.get::<gst::Array>("detections")
-        .expect("detections")
-        .iter()
-        .map(|v| {
-            let d = v.get::<gst::Structure>().expect("detection");
-            (
-                d.get::<String>("decision").expect("decision"),
-                d.get::<u32>("object").expect("object"),
-            )
-        })
-        .collect()
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::process::Output;
 use std::str::FromStr;
 
 use common::launch::{text, with_plugin};
-use common::{frames, library, model_dir, tmp, write_pngs, PROMPTS};
+use common::{decisions, frames, library, model_dir, tmp, write_pngs, PROMPTS};
 
 fn gst_tool(tool: &str, args: &[&str]) -> Output {
     with_plugin(tool, args, &[])
@@ -319,19 +319,6 @@ fn facedetect_upstream_prompts_the_face() {
     assert!(o.status.success(), "{}", text(&o));
     let msgs = tracking_messages(&o);
     assert_eq!(msgs.len(), 4, "{}", text(&o));
-    let decisions = |m: &gst::Structure| -> Vec<(String, u32)> {
-        m.get::<gst::Array>("detections")
-            .expect("detections")
-            .iter()
-            .map(|v| {
-                let d = v.get::<gst::Structure>().expect("d");
-                (
-                    d.get::<String>("decision").expect("decision"),
-                    d.get::<u32>("object").expect("object"),
-                )
-            })
-            .collect()
-    };
     assert_eq!(
         decisions(&msgs[0]),
         [("new".to_string(), 1)],

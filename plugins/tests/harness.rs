@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{frames, init, library, model_dir, tmp, H, PROMPTS, W};
+use common::{decisions, frames, init, library, model_dir, tmp, H, PROMPTS, W};
 use gst::prelude::*;
 use gst_check::Harness;
 use gstedgetam::results;
@@ -697,21 +697,6 @@ fn with_rois(data: &[u8], i: u64, rois: &[Det]) -> gst::Buffer {
         }
     }
     b
-}
-
-/// The `detections` of a tracking message: `(decision, object)`.
-fn decisions(s: &gst::Structure) -> Vec<(String, u32)> {
-    s.get::<gst::Array>("detections")
-        .expect("detections")
-        .iter()
-        .map(|v| {
-            let d = v.get::<gst::Structure>().expect("detection");
-            (
-                d.get::<String>("decision").expect("decision"),
-                d.get::<u32>("object").expect("object"),
-            )
-        })
-        .collect()
 }
 
 #[test]

@@ -108,3 +108,18 @@ pub fn write_pngs(frames: &[Vec<u8>], dir: &Path) {
         img.save(dir.join(format!("{i:03}.png"))).expect("png");
     }
 }
+
+/// The `detections` of a tracking message: `(decision, object)`.
+pub fn decisions(s: &gst::Structure) -> Vec<(String, u32)> {
+    s.get::<gst::Array>("detections")
+        .expect("detections")
+        .iter()
+        .map(|v| {
+            let d = v.get::<gst::Structure>().expect("detection");
+            (
+                d.get::<String>("decision").expect("decision"),
+                d.get::<u32>("object").expect("object"),
+            )
+        })
+        .collect()
+}
