@@ -3,10 +3,9 @@
 //! objects the element knows.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use edgetam_pipeline::{Pipeline, PromptSpec, PromptSpecError};
-use edgetam_tracker::{FrameResult, Mask, ObjectPrompt, Prompt};
+use edgetam_tracker::{FrameResult, ObjectPrompt, Prompt};
 
 use super::detector::{self, Decision, Detection, Rules, Tracked};
 use super::output::{Decisions, Labels};
@@ -28,34 +27,15 @@ pub enum SpecError {
     MaskFile { obj: u32, message: String },
 }
 
-/// A mask prompt from a PNG (nonzero = inside); its size is checked against the frame when it
-/// is applied.
-fn read_mask(path: &Path) -> Result<Mask, String> {
-    let img = image::open(path)
-        .map_err(|e| format!("cannot read mask {}: {e}", path.display()))?
-        .to_luma8();
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    let mask = Mask::new(w, h, img.into_raw()).map_err(|e| e.to_string())?;
-    if mask.area() == 0 {
-        return Err(format!(
-            "mask {} is empty (no nonzero pixel)",
-            path.display()
-        ));
-    }
-    Ok(mask)
-}
-
 /// The prompt of one parsed spec (a mask file is read here).
 pub fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, SpecError> {
     match (&spec.mask, spec.points_prompt()) {
-        (Some(path), _) => {
-            read_mask(path)
-                .map(ObjectPrompt::Mask)
-                .map_err(|message| SpecError::MaskFile {
-                    obj: spec.obj,
-                    message,
-                })
-        }
+        (Some(path), _) => edgetam_pipeline::read_mask(path)
+            .map(ObjectPrompt::Mask)
+            .map_err(|e| SpecError::MaskFile {
+                obj: spec.obj,
+                message: e.to_string(),
+            }),
         (None, Some(p)) => Ok(ObjectPrompt::Points(p)),
         (None, None) => Ok(ObjectPrompt::Points(Prompt::default())),
     }
