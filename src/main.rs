@@ -3,6 +3,7 @@
 // CLI-only module (not part of the `edgetam` library).
 mod bench;
 mod bench_plot;
+mod soak;
 mod track;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,10 @@ enum Command {
     /// included) for 1..N objects, serial and encoder-ahead; table, JSON and SVG plot.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// A long run of the frame-queue pipeline with objects added, re-prompted, removed and
+    /// the stream reset on a schedule; samples RSS and open file descriptors (CSV, JSON, SVG).
+    #[command(after_help = soak::AFTER_HELP)]
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -361,6 +366,7 @@ fn main() -> ExitCode {
         Command::Track(args) => track::track(args).map(|_| true),
         Command::Check(args) => check(args),
         Command::Bench(args) => bench::bench(args).map(|_| true),
+        Command::Soak(args) => soak::soak(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -24,7 +24,7 @@ use super::settings::{self, Settings};
 use super::shared_model::{self, ModelKey};
 use super::timing::{LiveCheck, Qos, Stats};
 use super::{Overlay, PromptSource};
-use crate::{convert, overlay, results};
+use crate::{convert, overlay};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -157,7 +157,10 @@ impl EdgeTamTrack {
             });
         }
         let device = parse_device(&settings.device).map_err(StartError::Device)?;
-        let scheduled = prompts::schedule(settings.prompts.as_deref().unwrap_or(""))?;
+        let scheduled = prompts::schedule(
+            settings.prompts.as_deref().unwrap_or(""),
+            &edgetam_pipeline::read_mask,
+        )?;
         if settings.prompt_source == PromptSource::Analytics && !cfg!(feature = "v1_24") {
             return Err(StartError::NoAnalytics);
         }
@@ -260,7 +263,7 @@ impl EdgeTamTrack {
     }
 
     pub(super) fn add_spec(&self, spec: &str) -> bool {
-        match prompts::parse_spec(spec) {
+        match prompts::parse_spec(spec, &edgetam_pipeline::read_mask) {
             Ok((obj, prompt)) => self.command(Command::Add(obj, prompt)),
             Err(e) => {
                 gst::element_imp_warning!(
@@ -274,31 +277,10 @@ impl EdgeTamTrack {
     }
 
     pub(super) fn add_points(&self, obj: u32, points: &str) -> bool {
-        let parsed: Result<Vec<_>, String> = points
-            .split(';')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(|p| edgetam_pipeline::parse_point(p, "point"))
-            .collect();
-        match parsed {
-            Ok(p) if !p.is_empty() => self.command(Command::Add(
-                obj,
-                ObjectPrompt::Points(Prompt::from_points(p)),
-            )),
-            Ok(_) => {
-                gst::element_imp_warning!(
-                    self,
-                    gst::LibraryError::Settings,
-                    ("add-points for object {obj}: no point given (expected `x,y,label;...`)")
-                );
-                false
-            }
+        match prompts::parse_points(obj, points) {
+            Ok(prompt) => self.command(Command::Add(obj, prompt)),
             Err(e) => {
-                gst::element_imp_warning!(
-                    self,
-                    gst::LibraryError::Settings,
-                    ("add-points for object {obj}: {e}")
-                );
+                gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{e}"));
                 false
             }
         }
@@ -309,23 +291,15 @@ impl EdgeTamTrack {
         let Some(s) = event.structure() else {
             return false;
         };
-        if s.name() != results::PROMPT_EVENT {
-            return false;
-        }
-        match s.get::<&str>(results::PROMPT_EVENT_SPEC) {
-            Ok(spec) => {
+        match prompts::event_spec(s) {
+            None => return false,
+            Some(Ok(spec)) => {
                 gst::debug!(CAT, imp = self, "prompt event: {spec}");
                 self.add_spec(spec);
             }
-            Err(e) => gst::element_imp_warning!(
-                self,
-                gst::LibraryError::Settings,
-                (
-                    "{} event without a string field `{}`: {e}",
-                    results::PROMPT_EVENT,
-                    results::PROMPT_EVENT_SPEC
-                )
-            ),
+            Some(Err(e)) => {
+                gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{e}"))
+            }
         }
         true
     }

@@ -71,7 +71,7 @@ use gst::prelude::*;
 pub mod detector;
 mod imp;
 mod output;
-mod prompts;
+pub(crate) mod prompts;
 mod settings;
 mod shared_model;
 mod timing;
