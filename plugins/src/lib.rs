@@ -18,7 +18,7 @@ pub mod edgetamtrack;
 pub mod overlay;
 pub mod results;
 
-pub use edgetamtrack::{EdgeTamTrack, Overlay};
+pub use edgetamtrack::{EdgeTamTrack, Overlay, TestFault};
 
 /// The element's string parsing exactly as the element runs it, for the fuzz targets in
 /// `fuzz/` (not a supported API): the `prompts` property, the `add-prompt` signal and the
