@@ -60,17 +60,17 @@ pub(crate) struct ModelArgs {
         value_name = "PATH|REPO",
         required_unless_present = "random_weights"
     )]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Use deterministic random weights instead of a checkpoint (runs end to end; masks are
     /// meaningless).
     #[arg(long, conflicts_with = "model")]
-    random_weights: bool,
+    pub(crate) random_weights: bool,
     /// Model input size for --random-weights (a multiple of 64; the released model uses 1024).
     #[arg(long, default_value_t = 1024, requires = "random_weights")]
-    size: usize,
+    pub(crate) size: usize,
     /// Compute device: `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    pub(crate) device: String,
 }
 
 #[derive(Args)]

@@ -10,13 +10,18 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{Frame, Outcome, Pipeline, PixelFormat};
-use edgetam::tracker::Prompt;
+use edgetam::tracker::{EdgeTamConfig, Prompt};
 use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::ModelArgs;
 
 pub const AFTER_HELP: &str = "\
+With --random-weights --size below 256 (a multiple of 64) the spatial perceiver gets one 2-D \
+latent per memory-grid cell so the model tracks at that size (the released config needs 256 or \
+more); --size 128 is the small config the 100,000-frame soak in BENCHMARKS.md runs.
+
+
 Frames are generated (a gray gradient with one bright square per object, moving), their pixel \
 format cycling RGB8, NV12, I420, GRAY8, BGRA8 frame by frame. The schedule, by frame index i: \
 every 400 frames a new object is prompted (i % 400 == 10, a fresh id each time) and the oldest of \
@@ -55,6 +60,24 @@ pub struct SoakArgs {
     /// Output folder (series.csv, summary.json, soak.svg).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+}
+
+/// The model: `--model`, or random weights at `--size`. Below 256 (where the released spatial
+/// perceiver's 16x16 windows do not fit the memory grid) the perceiver gets one 2-D latent per
+/// grid cell, so small inputs track too: 128 (8x8 grid) costs about a fifth of 256.
+fn model(args: &ModelArgs) -> Result<edgetam::tracker::EdgeTam> {
+    if args.random_weights && args.size < 256 && args.size.is_multiple_of(16) {
+        eprintln!(
+            "warning: --random-weights: the model runs end to end, but its masks are meaningless"
+        );
+        let mut config = EdgeTamConfig::with_image_size(args.size)?;
+        let grid = args.size / 16;
+        config.perceiver_resampler_num_latents_2d = grid * grid;
+        config.memory_attention_rope_k_sizes = [grid, grid];
+        let device = edgetam::tracker::parse_device(&args.device)?;
+        return Ok(edgetam::tracker::EdgeTam::random(config, 0, &device)?);
+    }
+    crate::load_model(args)
 }
 
 fn parse_size(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -207,7 +230,7 @@ pub fn soak(args: SoakArgs) -> Result<bool> {
     }
     fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let model = Arc::new(crate::load_model(&args.model)?);
+    let model = Arc::new(model(&args.model)?);
     let pipeline = Pipeline::builder(model)
         .encoder_ahead(args.encoder_ahead)
         .build()?;
