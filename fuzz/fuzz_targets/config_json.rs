@@ -13,7 +13,10 @@ use libfuzzer_sys::fuzz_target;
 
 /// The fixture checkpoint's tensors, loaded once.
 static TENSORS: LazyLock<std::collections::HashMap<String, Tensor>> = LazyLock::new(|| {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/model/model.safetensors");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/model/model.safetensors"
+    );
     Weights::load(path, &Device::Cpu)
         .expect("fixtures/model/model.safetensors")
         .tensors()

@@ -32,7 +32,11 @@ enum Layout {
     Packed { stride: Option<u16> },
     /// Each plane in its own buffer with its own stride; `lens` cut the data (a plane count
     /// other than the format's is allowed, and refused).
-    Planes { count: u8, strides: [u16; 3], lens: [u16; 2] },
+    Planes {
+        count: u8,
+        strides: [u16; 3],
+        lens: [u16; 2],
+    },
 }
 
 #[derive(Arbitrary, Debug)]

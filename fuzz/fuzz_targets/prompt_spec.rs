@@ -3,8 +3,8 @@
 #![no_main]
 
 use edgetam_pipeline::{parse_floats, parse_point, PromptSpec, MAX_SPECS};
-use edgetam_tracker::PointLabel;
 use edgetam_tracker::limits::MAX_PROMPT_POINTS;
+use edgetam_tracker::PointLabel;
 use libfuzzer_sys::fuzz_target;
 
 /// The spec written back in the syntax.
@@ -28,7 +28,10 @@ fuzz_target!(|text: &str| {
         assert!(spec.mask.is_none() || (spec.bbox.is_none() && spec.points.is_empty()));
         assert!(spec.mask.is_some() || spec.bbox.is_some() || !spec.points.is_empty());
         assert!(spec.bbox.is_none_or(|b| b.iter().all(|v| v.is_finite())));
-        assert!(spec.points.iter().all(|p| p.x.is_finite() && p.y.is_finite()));
+        assert!(spec
+            .points
+            .iter()
+            .all(|p| p.x.is_finite() && p.y.is_finite()));
         assert!(spec.points.len() + 2 * usize::from(spec.bbox.is_some()) <= MAX_PROMPT_POINTS);
         assert_eq!(spec.points_prompt().is_some(), spec.mask.is_none());
         if let Some(p) = spec.points_prompt() {
