@@ -66,7 +66,7 @@ pub struct SoakArgs {
 /// perceiver's 16x16 windows do not fit the memory grid) the perceiver gets one 2-D latent per
 /// grid cell, so small inputs track too: 128 (8x8 grid) costs about a fifth of 256.
 fn model(args: &ModelArgs) -> Result<edgetam::tracker::EdgeTam> {
-    if args.random_weights && args.size < 256 && args.size.is_multiple_of(16) {
+    if args.random_weights && args.size < 256 && args.size % 16 == 0 {
         eprintln!(
             "warning: --random-weights: the model runs end to end, but its masks are meaningless"
         );

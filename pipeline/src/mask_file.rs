@@ -151,7 +151,7 @@ mod tests {
         let big = claim_size(&png(1, 1, &[1]), 20_000, 1);
         match decode_mask(&big, "big.png") {
             Err(MaskFileError::Limit { limit, .. }) => {
-                assert_eq!((limit.value, limit.limit), (20_000, MAX_FRAME_SIDE as u128));
+                assert_eq!((limit.value, limit.limit), (20_000, MAX_FRAME_SIDE as u64));
                 assert_eq!(limit.what, "mask width");
             }
             other => panic!("{:?}", other.map(|m| (m.width, m.height))),

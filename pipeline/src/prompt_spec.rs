@@ -287,7 +287,7 @@ mod tests {
         assert!(PromptSpec::parse(&("obj=1".to_string() + &";point=1,1,1".repeat(64))).is_ok());
         let list = vec!["obj=1;box=1,2,3,4"; MAX_SPECS + 1].join("|");
         match PromptSpec::parse_list(&list) {
-            Err(PromptSpecError::Limit(l)) => assert_eq!(l.value, MAX_SPECS as u128 + 1),
+            Err(PromptSpecError::Limit(l)) => assert_eq!(l.value, MAX_SPECS as u64 + 1),
             other => panic!("{:?}", other.map(|l| l.len())),
         }
     }

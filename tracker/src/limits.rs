@@ -13,8 +13,9 @@
 pub struct LimitError {
     /// What the value is (a config key, a tensor, a frame side), with its file where known.
     pub what: String,
-    pub value: u128,
-    pub limit: u128,
+    /// The value (`u64::MAX` for anything larger, e.g. an element count that overflows).
+    pub value: u64,
+    pub limit: u64,
 }
 
 impl LimitError {
@@ -25,8 +26,8 @@ impl LimitError {
     ) -> Self {
         Self {
             what: what.into(),
-            value: value.try_into().unwrap_or(u128::MAX),
-            limit: limit.try_into().unwrap_or(u128::MAX),
+            value: saturate(value.try_into().unwrap_or(u128::MAX)),
+            limit: saturate(limit.try_into().unwrap_or(u128::MAX)),
         }
     }
 }
@@ -42,11 +43,15 @@ pub fn check(
     if value > limit {
         return Err(LimitError {
             what: what(),
-            value,
-            limit,
+            value: saturate(value),
+            limit: saturate(limit),
         });
     }
     Ok(())
+}
+
+fn saturate(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 // --- config.json (see `EdgeTamConfig::validate_limits`) ---
@@ -116,7 +121,7 @@ mod tests {
         );
         assert!(check(|| "x".into(), 4096usize, MAX_IMAGE_SIZE).is_ok());
         let e = check_image_size("frame", 20_000, 2).unwrap_err();
-        assert_eq!((e.value, e.limit), (20_000, MAX_FRAME_SIDE as u128));
+        assert_eq!((e.value, e.limit), (20_000, MAX_FRAME_SIDE as u64));
         let e = check_image_size("mask", 16_384, 16_384).unwrap_err();
         assert_eq!(e.what, "mask area (16384x16384 pixels)");
         assert!(check_image_size("frame", 7680, 4320).is_ok());

@@ -57,7 +57,7 @@ fn image_size_65536_is_refused_before_allocating() {
     let e = EdgeTam::load(&dir, &Device::Cpu).err().expect("refused");
     let msg = e.to_string();
     let l = limit(e);
-    assert_eq!((l.value, l.limit), (65536, limits::MAX_IMAGE_SIZE as u128));
+    assert_eq!((l.value, l.limit), (65536, limits::MAX_IMAGE_SIZE as u64));
     assert!(
         msg.contains("config.json image_size is 65536, above the limit of 4096"),
         "{msg}"
@@ -131,7 +131,7 @@ fn oversized_config_file_is_refused_unread() {
     let f = std::fs::File::create(&path).unwrap();
     f.set_len(limits::MAX_CONFIG_BYTES as u64 + 1).unwrap();
     let l = limit(EdgeTamConfig::from_file(&path).unwrap_err());
-    assert_eq!(l.limit, limits::MAX_CONFIG_BYTES as u128);
+    assert_eq!(l.limit, limits::MAX_CONFIG_BYTES as u64);
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -155,7 +155,7 @@ fn safetensors_headers_are_bounded() {
     let mut huge = ok.clone();
     huge[..8].copy_from_slice(&(1u64 << 63).to_le_bytes());
     let l = limit(load(&huge).err().unwrap());
-    assert_eq!(l.limit, limits::MAX_SAFETENSORS_HEADER_BYTES as u128);
+    assert_eq!(l.limit, limits::MAX_SAFETENSORS_HEADER_BYTES as u64);
     // A shape of 2^40 elements, rank 9, and offsets past the data.
     let big = safetensors(
         r#"{"a":{"dtype":"F32","shape":[1048576,1048576],"data_offsets":[0,8]}}"#,
@@ -164,7 +164,7 @@ fn safetensors_headers_are_bounded() {
     let l = limit(load(&big).err().unwrap());
     assert_eq!(
         (l.value, l.limit),
-        (1 << 40, limits::MAX_TENSOR_ELEMENTS as u128)
+        (1 << 40, limits::MAX_TENSOR_ELEMENTS as u64)
     );
     assert!(
         l.what
@@ -235,10 +235,7 @@ fn pt_pickles_are_bounded() {
     );
     assert_eq!(
         (l.value, l.limit),
-        (
-            ((1u128 << 31) - 1) * 64,
-            limits::MAX_TENSOR_ELEMENTS as u128
-        )
+        (((1u64 << 31) - 1) * 64, limits::MAX_TENSOR_ELEMENTS as u64)
     );
     assert!(l.what.contains("tensor `maskmem_tpos_enc`"), "{l}");
     // A negative dimension, and a view larger than its storage: typed errors.
@@ -263,7 +260,7 @@ fn pt_pickles_are_bounded() {
 fn masks_prompts_and_objects_are_bounded() {
     // A mask 20000 pixels wide: refused by its side before `width * height` is computed.
     let l = limit(Mask::new(20_000, 1, vec![1; 20_000]).unwrap_err());
-    assert_eq!((l.value, l.limit), (20_000, limits::MAX_FRAME_SIDE as u128));
+    assert_eq!((l.value, l.limit), (20_000, limits::MAX_FRAME_SIDE as u64));
     // usize::MAX x 2 used to overflow `width * height`.
     limit(Mask::new(usize::MAX, 2, vec![1; 4]).unwrap_err());
     // 65 points.
@@ -277,7 +274,7 @@ fn masks_prompts_and_objects_are_bounded() {
             .collect(),
     );
     let l = limit(p.validate(100, 100).unwrap_err());
-    assert_eq!((l.value, l.limit), (65, limits::MAX_PROMPT_POINTS as u128));
+    assert_eq!((l.value, l.limit), (65, limits::MAX_PROMPT_POINTS as u64));
     // Objects: the 1025th new object of a tracker is refused (its memory ring is never
     // allocated); an existing object can still be re-prompted.
     let config = EdgeTamConfig::with_image_size(256).unwrap();
