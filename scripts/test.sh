@@ -8,6 +8,7 @@ bash scripts/install-deps.sh
 # without a GPU lacks (CUDA, GStreamer >= 1.24); those get their own build checks below.
 FEATURES="edgetam/tokio,edgetam/opencv,edgetam-pipeline/tokio,edgetam-pipeline/opencv"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings
 # The element's analytics code (features v1_24 / v1_26: GStreamer >= 1.24 / 1.26, not in
 # Debian 12) is linted here without linking, by skipping pkg-config for the GStreamer
@@ -63,9 +64,23 @@ if [ "${SKIP_DEBIAN13:-0}" != 1 ]; then
   echo "debian 13 (GStreamer 1.26) build + tests: $((SECONDS - debian13_start)) s"
   if [ "$status" -eq 0 ]; then status=$debian13; fi
 fi
+# The fuzz targets (fuzz/, cargo-fuzz + libFuzzer), each on its committed seeds for FUZZ_SECONDS
+# (15 s by default). The first run installs cargo-fuzz (~1 min) and builds the instrumented
+# targets (~9 min on 2 cores); the build is kept in /var/cache/edgetam-ci/fuzz-target where that
+# can be written, so later runs rebuild only what changed.
+fuzz_start=$SECONDS
+set +e
+bash scripts/fuzz.sh
+fuzz_status=$?
+set -e
+echo "fuzz: $((SECONDS - fuzz_start)) s"
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
 echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26)"
+if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
+  echo "fuzz: a target found something (fuzz/artifacts/)"
+  status=$fuzz_status
+fi
 exit "$status"

@@ -3,6 +3,7 @@
 // CLI-only module (not part of the `edgetam` library).
 mod bench;
 mod bench_plot;
+mod soak;
 mod track;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,10 @@ enum Command {
     /// included) for 1..N objects, serial and encoder-ahead; table, JSON and SVG plot.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// A long run of the frame-queue pipeline with objects added, re-prompted, removed and
+    /// the stream reset on a schedule; samples RSS and open file descriptors (CSV, JSON, SVG).
+    #[command(after_help = soak::AFTER_HELP)]
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -55,14 +60,14 @@ pub(crate) struct ModelArgs {
         value_name = "PATH|REPO",
         required_unless_present = "random_weights"
     )]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Use deterministic random weights instead of a checkpoint (runs end to end; masks are
     /// meaningless).
     #[arg(long, conflicts_with = "model")]
-    random_weights: bool,
+    pub(crate) random_weights: bool,
     /// Compute device: `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    pub(crate) device: String,
 }
 
 /// `--input-size` of `segment` and `track`.
@@ -380,6 +385,7 @@ fn main() -> ExitCode {
         Command::Track(args) => track::track(args).map(|_| true),
         Command::Check(args) => check(args),
         Command::Bench(args) => bench::bench(args).map(|_| true),
+        Command::Soak(args) => soak::soak(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -19,7 +19,7 @@ use serde::Serialize;
 use edgetam::draw;
 use edgetam::natural_cmp;
 
-use crate::{image_size, load_model, open_image, read_rgb, save_mask_png, InputSizeArg, ModelArgs};
+use crate::{image_size, load_model, read_rgb, save_mask_png, InputSizeArg, ModelArgs};
 
 /// File extensions (any case) taken as frames.
 const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
@@ -142,20 +142,14 @@ pub(crate) fn list_frames(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// A mask prompt from a PNG the frame's size; nonzero = inside.
 fn read_mask(path: &Path, width: usize, height: usize) -> Result<Mask> {
-    let img = open_image(path)?
-        .decode()
-        .with_context(|| format!("cannot decode mask {}", path.display()))?
-        .to_luma8();
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    if (w, h) != (width, height) {
+    let mask = edgetam::pipeline::read_mask(path)?;
+    if (mask.width, mask.height) != (width, height) {
         bail!(
-            "mask {} is {w}x{h} but its frame is {width}x{height}",
-            path.display()
+            "mask {} is {}x{} but its frame is {width}x{height}",
+            path.display(),
+            mask.width,
+            mask.height
         );
-    }
-    let mask = Mask::new(w, h, img.into_raw())?;
-    if mask.area() == 0 {
-        bail!("mask {} is empty (no nonzero pixel)", path.display());
     }
     Ok(mask)
 }

@@ -46,6 +46,7 @@
 
 mod builder;
 mod error;
+mod mask_file;
 mod palette;
 mod pipeline;
 mod producer;
@@ -64,9 +65,10 @@ pub use builder::{PipelineBuilder, TrackHook};
 pub use edgetam_tracker::{opencv, MatError};
 pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
+pub use mask_file::{decode_mask, read_mask, MaskFileError};
 pub use palette::OBJECT_COLORS;
 pub use pipeline::{
     DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, ResolutionChange, Results,
 };
-pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError};
+pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError, MAX_SPECS};
 pub use stats::{LatencySummary, StageTimings, Stats};

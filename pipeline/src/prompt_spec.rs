@@ -32,6 +32,10 @@ pub enum PromptSpecError {
     /// An empty spec in a `|`-separated list.
     #[error("prompt {index} of the list is empty")]
     Empty { index: usize },
+    /// Too many points in one spec, or too many specs in a list (see
+    /// [`edgetam_tracker::limits`]).
+    #[error(transparent)]
+    Limit(#[from] edgetam_tracker::LimitError),
     /// A spec of a `|`-separated list is wrong (`index` counts from 0).
     #[error("prompt {index} (`{spec}`): {source}")]
     InList {
@@ -118,6 +122,11 @@ impl PromptSpec {
             }
         }
         let obj = obj.ok_or(PromptSpecError::MissingObject)?;
+        edgetam_tracker::limits::check(
+            || format!("the number of points of object {obj}'s prompt (a box counts as two)"),
+            points.len() + if bbox.is_some() { 2 } else { 0 },
+            edgetam_tracker::limits::MAX_PROMPT_POINTS,
+        )?;
         if mask.is_some() && (bbox.is_some() || !points.is_empty()) {
             return Err(PromptSpecError::MaskCombined);
         }
@@ -138,6 +147,11 @@ impl PromptSpec {
         if s.trim().is_empty() {
             return Ok(Vec::new());
         }
+        edgetam_tracker::limits::check(
+            || "the number of prompts in the list".into(),
+            s.split('|').count(),
+            MAX_SPECS,
+        )?;
         s.split('|')
             .enumerate()
             .map(|(index, spec)| {
@@ -161,6 +175,10 @@ impl PromptSpec {
         })
     }
 }
+
+/// Most specs in one `|`-separated list: every object a tracker can hold
+/// ([`edgetam_tracker::limits::MAX_OBJECTS`]) prompted four times.
+pub const MAX_SPECS: usize = 4 * edgetam_tracker::limits::MAX_OBJECTS;
 
 impl FromStr for PromptSpec {
     type Err = PromptSpecError;
@@ -257,5 +275,20 @@ mod tests {
             PromptSpec::parse_list("obj=1;box=1,2,3,4||"),
             Err(PromptSpecError::Empty { index: 1 })
         );
+    }
+
+    #[test]
+    fn counts_are_bounded() {
+        let points = "obj=1".to_string() + &";point=1,1,1".repeat(65);
+        match PromptSpec::parse(&points) {
+            Err(PromptSpecError::Limit(l)) => assert_eq!((l.value, l.limit), (65, 64)),
+            other => panic!("{other:?}"),
+        }
+        assert!(PromptSpec::parse(&("obj=1".to_string() + &";point=1,1,1".repeat(64))).is_ok());
+        let list = vec!["obj=1;box=1,2,3,4"; MAX_SPECS + 1].join("|");
+        match PromptSpec::parse_list(&list) {
+            Err(PromptSpecError::Limit(l)) => assert_eq!(l.value, MAX_SPECS as u64 + 1),
+            other => panic!("{:?}", other.map(|l| l.len())),
+        }
     }
 }

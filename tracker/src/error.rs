@@ -41,6 +41,10 @@ pub enum Error {
         first: String,
         path: PathBuf,
     },
+    /// A size from a file or a caller is beyond one of the [`crate::limits`]: refused before
+    /// anything is allocated for it.
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
     /// A frame's size, strides or buffers do not match its pixel format.
     #[error("invalid frame: {0}")]
     InvalidFrame(#[from] crate::frame::FrameError),

@@ -29,6 +29,7 @@ mod error;
 mod frame;
 mod instrument;
 mod kernels;
+pub mod limits;
 mod model;
 mod tracking;
 
@@ -45,6 +46,7 @@ pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
 pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
+pub use limits::LimitError;
 pub use model::config::{EdgeTamConfig, MAX_INPUT_SIZE, MIN_INPUT_SIZE};
 
 /// The model configuration (`config.json`, transformers' `EdgeTamVideoConfig`) and its parts.

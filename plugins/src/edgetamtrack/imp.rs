@@ -23,8 +23,8 @@ use super::prompts::{self, Command, Objects, SpecError};
 use super::settings::{self, Settings};
 use super::shared_model::{self, ModelKey};
 use super::timing::{LiveCheck, Qos, Stats};
-use super::{Overlay, PromptSource};
-use crate::{convert, overlay, results};
+use super::{Overlay, PromptSource, TestFault};
+use crate::{convert, overlay};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -100,6 +100,11 @@ pub struct EdgeTamTrack {
     changed: Condvar,
     /// The live mode's output thread.
     output: Mutex<Option<OutputThread>>,
+    /// Set when the live output thread ended on a failure (a panic or an error already
+    /// posted): drains stop waiting for it and new buffers are refused.
+    output_failed: AtomicBool,
+    /// A fault the tests inject (see [`TestFault`]).
+    fault: Mutex<Option<TestFault>>,
 }
 
 /// Live mode pushes from a thread of its own: the streaming thread only hands buffers in, so a
@@ -141,6 +146,19 @@ enum StartError {
 }
 
 impl EdgeTamTrack {
+    pub(super) fn inject_fault(&self, fault: TestFault) {
+        *lock(&self.fault) = Some(fault);
+    }
+
+    /// Takes the injected fault if it is `f`.
+    fn take_fault(&self, f: impl Fn(&TestFault) -> bool) -> Option<TestFault> {
+        let mut fault = lock(&self.fault);
+        if fault.as_ref().is_some_and(f) {
+            return fault.take();
+        }
+        None
+    }
+
     fn settings(&self) -> Settings {
         lock(&self.settings).clone()
     }
@@ -157,7 +175,10 @@ impl EdgeTamTrack {
             });
         }
         let device = parse_device(&settings.device).map_err(StartError::Device)?;
-        let scheduled = prompts::schedule(settings.prompts.as_deref().unwrap_or(""))?;
+        let scheduled = prompts::schedule(
+            settings.prompts.as_deref().unwrap_or(""),
+            &edgetam_pipeline::read_mask,
+        )?;
         if settings.prompt_source == PromptSource::Analytics && !cfg!(feature = "v1_24") {
             return Err(StartError::NoAnalytics);
         }
@@ -200,12 +221,20 @@ impl EdgeTamTrack {
             t.elapsed().as_secs_f64()
         );
         let max_in_flight = settings.in_flight();
-        let pipeline = Pipeline::builder(model)
+        let mut builder = Pipeline::builder(model)
             // Room for the buffers in flight and for those a flush left behind.
             .queue_capacity(2 * max_in_flight)
-            .encoder_ahead(settings.encoder_ahead)
-            .build()
-            .map_err(StartError::Pipeline)?;
+            .encoder_ahead(settings.encoder_ahead);
+        if let Some(TestFault::WorkerPanicAt(at)) =
+            self.take_fault(|f| matches!(f, TestFault::WorkerPanicAt(_)))
+        {
+            builder = builder.track_hook(Arc::new(move |id| {
+                if id == at {
+                    panic!("injected test fault: the tracking worker panics on frame {id}");
+                }
+            }));
+        }
+        let pipeline = builder.build().map_err(StartError::Pipeline)?;
         Ok(State {
             pipeline: Arc::new(pipeline),
             info: None,
@@ -274,7 +303,7 @@ impl EdgeTamTrack {
     }
 
     pub(super) fn add_spec(&self, spec: &str) -> bool {
-        match prompts::parse_spec(spec) {
+        match prompts::parse_spec(spec, &edgetam_pipeline::read_mask) {
             Ok((obj, prompt)) => self.command(Command::Add(obj, prompt)),
             Err(e) => {
                 gst::element_imp_warning!(
@@ -288,31 +317,10 @@ impl EdgeTamTrack {
     }
 
     pub(super) fn add_points(&self, obj: u32, points: &str) -> bool {
-        let parsed: Result<Vec<_>, String> = points
-            .split(';')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(|p| edgetam_pipeline::parse_point(p, "point"))
-            .collect();
-        match parsed {
-            Ok(p) if !p.is_empty() => self.command(Command::Add(
-                obj,
-                ObjectPrompt::Points(Prompt::from_points(p)),
-            )),
-            Ok(_) => {
-                gst::element_imp_warning!(
-                    self,
-                    gst::LibraryError::Settings,
-                    ("add-points for object {obj}: no point given (expected `x,y,label;...`)")
-                );
-                false
-            }
+        match prompts::parse_points(obj, points) {
+            Ok(prompt) => self.command(Command::Add(obj, prompt)),
             Err(e) => {
-                gst::element_imp_warning!(
-                    self,
-                    gst::LibraryError::Settings,
-                    ("add-points for object {obj}: {e}")
-                );
+                gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{e}"));
                 false
             }
         }
@@ -323,23 +331,15 @@ impl EdgeTamTrack {
         let Some(s) = event.structure() else {
             return false;
         };
-        if s.name() != results::PROMPT_EVENT {
-            return false;
-        }
-        match s.get::<&str>(results::PROMPT_EVENT_SPEC) {
-            Ok(spec) => {
+        match prompts::event_spec(s) {
+            None => return false,
+            Some(Ok(spec)) => {
                 gst::debug!(CAT, imp = self, "prompt event: {spec}");
                 self.add_spec(spec);
             }
-            Err(e) => gst::element_imp_warning!(
-                self,
-                gst::LibraryError::Settings,
-                (
-                    "{} event without a string field `{}`: {e}",
-                    results::PROMPT_EVENT,
-                    results::PROMPT_EVENT_SPEC
-                )
-            ),
+            Some(Err(e)) => {
+                gst::element_imp_warning!(self, gst::LibraryError::Settings, ("{e}"))
+            }
         }
         true
     }
@@ -635,6 +635,7 @@ impl EdgeTamTrack {
                 .as_ref()
                 .is_some_and(|s| !s.pending.is_empty() || s.in_transit > 0)
                 && !self.flushing.load(Ordering::SeqCst)
+                && !self.output_failed.load(Ordering::SeqCst)
             {
                 guard = self
                     .changed
@@ -674,6 +675,7 @@ impl EdgeTamTrack {
 
     /// The live output thread: pushes pending buffers in order as soon as they may leave.
     fn start_output_thread(&self) -> Result<(), gst::ErrorMessage> {
+        self.output_failed.store(false, Ordering::SeqCst);
         let stop = Arc::new(AtomicBool::new(false));
         let weak = self.obj().downgrade();
         let flag = stop.clone();
@@ -703,6 +705,12 @@ impl EdgeTamTrack {
 
     /// One round of the output thread; false when it should stop.
     fn output_round(&self, stop: &AtomicBool) -> bool {
+        if self
+            .take_fault(|f| *f == TestFault::OutputThreadPanic)
+            .is_some()
+        {
+            panic!("injected test fault: the output thread panics");
+        }
         match self.next_output(true, true) {
             Ok(Some(buf)) => {
                 let r = self
@@ -781,15 +789,45 @@ impl EdgeTamTrack {
     }
 }
 
+/// The live output thread's loop. A panic in it (a bug) becomes an element error, and drains
+/// and new buffers stop waiting for the thread, instead of a silent stall.
 fn output_loop(weak: &glib::WeakRef<super::EdgeTamTrack>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         let Some(el) = weak.upgrade() else {
             return;
         };
-        if !el.imp().output_round(stop) {
-            return;
+        let imp = el.imp();
+        let round =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| imp.output_round(stop)));
+        match round {
+            Ok(true) => {}
+            Ok(false) => {
+                // An error was posted where it happened (or downstream refused a buffer).
+                imp.output_failed.store(true, Ordering::SeqCst);
+                imp.changed.notify_all();
+                return;
+            }
+            Err(panic) => {
+                imp.output_failed.store(true, Ordering::SeqCst);
+                imp.changed.notify_all();
+                gst::element_imp_error!(
+                    imp,
+                    gst::LibraryError::Failed,
+                    ("the live output thread panicked: {}", panic_message(&panic))
+                );
+                return;
+            }
         }
     }
+}
+
+/// A panic payload's message.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 #[glib::object_subclass]
@@ -817,6 +855,32 @@ impl ObjectImpl for EdgeTamTrack {
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+        // GLib does not catch a Rust panic in a property vfunc (it would abort the process):
+        // a panic becomes an element error and the value is not set.
+        self.catch_panic(|| (), |imp| imp.set_property_inner(value, pspec));
+    }
+
+    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+        self.catch_panic(
+            || pspec.default_value().clone(),
+            |imp| imp.property_inner(pspec),
+        )
+    }
+
+    fn signals() -> &'static [glib::subclass::Signal] {
+        static SIGNALS: LazyLock<Vec<glib::subclass::Signal>> = LazyLock::new(signals);
+        SIGNALS.as_ref()
+    }
+}
+
+impl EdgeTamTrack {
+    fn set_property_inner(&self, value: &glib::Value, pspec: &glib::ParamSpec) {
+        if self
+            .take_fault(|f| *f == TestFault::PropertyPanic)
+            .is_some()
+        {
+            panic!("injected test fault: a property write panics");
+        }
         if pspec.name() == "prompts" {
             if let Ok(Some(text)) = value.get::<Option<String>>() {
                 if let Err(e) = edgetam_pipeline::PromptSpec::parse_list(&text) {
@@ -833,7 +897,13 @@ impl ObjectImpl for EdgeTamTrack {
         }
     }
 
-    fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+    fn property_inner(&self, pspec: &glib::ParamSpec) -> glib::Value {
+        if self
+            .take_fault(|f| *f == TestFault::PropertyPanic)
+            .is_some()
+        {
+            panic!("injected test fault: a property read panics");
+        }
         {
             let st = lock(&self.stats);
             match pspec.name() {
@@ -847,11 +917,6 @@ impl ObjectImpl for EdgeTamTrack {
         lock(&self.settings)
             .get(pspec.name())
             .unwrap_or_else(|| pspec.default_value().clone())
-    }
-
-    fn signals() -> &'static [glib::subclass::Signal] {
-        static SIGNALS: LazyLock<Vec<glib::subclass::Signal>> = LazyLock::new(signals);
-        SIGNALS.as_ref()
     }
 }
 
@@ -867,7 +932,20 @@ fn action<const N: usize>(
         .return_type::<bool>()
         .action()
         .class_handler(move |args| {
-            let ok = this(args).and_then(|el| f(el.imp(), args));
+            // GLib does not catch a Rust panic in a signal handler (it would abort the
+            // process): a panic becomes an element error and the signal returns FALSE.
+            let ok = this(args).and_then(|el| {
+                let imp = el.imp();
+                imp.catch_panic(
+                    || None,
+                    |imp| {
+                        if imp.take_fault(|f| *f == TestFault::SignalPanic).is_some() {
+                            panic!("injected test fault: a signal handler panics");
+                        }
+                        f(imp, args)
+                    },
+                )
+            });
             Some(ok.unwrap_or(false).to_value())
         })
         .build()
@@ -1121,6 +1199,9 @@ impl BaseTransformImpl for EdgeTamTrack {
         }
         let running_time = self.running_time(&buf);
         if settings.live_mode {
+            if self.output_failed.load(Ordering::SeqCst) {
+                return Err(gst::FlowError::Error);
+            }
             if let Err(e) = self.collect_ready(state) {
                 drop(guard);
                 return Err(e);

@@ -71,7 +71,7 @@ use gst::prelude::*;
 pub mod detector;
 mod imp;
 mod output;
-mod prompts;
+pub(crate) mod prompts;
 mod settings;
 mod shared_model;
 mod timing;
@@ -80,6 +80,30 @@ glib::wrapper! {
     /// The `edgetamtrack` element.
     pub struct EdgeTamTrack(ObjectSubclass<imp::EdgeTamTrack>)
         @extends gst_video::VideoFilter, gst_base::BaseTransform, gst::Element, gst::Object;
+}
+
+/// A fault the element's own tests inject to check that failures become element errors and
+/// never hang or abort (not a supported API).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestFault {
+    /// The tracking pipeline's worker panics on the frame with this id.
+    WorkerPanicAt(u64),
+    /// The live-mode output thread panics in its next round.
+    OutputThreadPanic,
+    /// The next action signal's handler panics.
+    SignalPanic,
+    /// The next property read or write panics.
+    PropertyPanic,
+}
+
+impl EdgeTamTrack {
+    /// Injects `fault` (see [`TestFault`]; the worker fault applies from the next start).
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: TestFault) {
+        use gst::subclass::prelude::ObjectSubclassIsExt;
+        self.imp().inject_fault(fault);
+    }
 }
 
 /// What the element draws into frames (GLib flags `GstEdgeTamOverlay`; none by default).

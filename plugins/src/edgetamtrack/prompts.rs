@@ -3,7 +3,6 @@
 //! objects the element knows.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use edgetam_pipeline::{Pipeline, PromptSpec, PromptSpecError};
 use edgetam_tracker::{FrameResult, Mask, ObjectPrompt, Prompt};
@@ -28,32 +27,20 @@ pub enum SpecError {
     MaskFile { obj: u32, message: String },
 }
 
-/// A mask prompt from a PNG (nonzero = inside); its size is checked against the frame when it
-/// is applied.
-fn read_mask(path: &Path) -> Result<Mask, String> {
-    let img = image::open(path)
-        .map_err(|e| format!("cannot read mask {}: {e}", path.display()))?
-        .to_luma8();
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    let mask = Mask::new(w, h, img.into_raw()).map_err(|e| e.to_string())?;
-    if mask.area() == 0 {
-        return Err(format!(
-            "mask {} is empty (no nonzero pixel)",
-            path.display()
-        ));
-    }
-    Ok(mask)
-}
+/// Reads a mask file (`edgetam_pipeline::read_mask` in the element; the fuzz targets hand in
+/// bytes instead of touching the file system).
+pub type MaskReader<'a> =
+    &'a dyn Fn(&std::path::Path) -> Result<Mask, edgetam_pipeline::MaskFileError>;
 
 /// The prompt of one parsed spec (a mask file is read here).
-pub fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, SpecError> {
+pub fn spec_prompt(spec: &PromptSpec, read_mask: MaskReader) -> Result<ObjectPrompt, SpecError> {
     match (&spec.mask, spec.points_prompt()) {
         (Some(path), _) => {
             read_mask(path)
                 .map(ObjectPrompt::Mask)
-                .map_err(|message| SpecError::MaskFile {
+                .map_err(|e| SpecError::MaskFile {
                     obj: spec.obj,
-                    message,
+                    message: e.to_string(),
                 })
         }
         (None, Some(p)) => Ok(ObjectPrompt::Points(p)),
@@ -62,17 +49,61 @@ pub fn spec_prompt(spec: &PromptSpec) -> Result<ObjectPrompt, SpecError> {
 }
 
 /// One spec string (a signal's or event's): object id and prompt.
-pub fn parse_spec(spec: &str) -> Result<(u32, ObjectPrompt), SpecError> {
+pub fn parse_spec(spec: &str, read_mask: MaskReader) -> Result<(u32, ObjectPrompt), SpecError> {
     let s = PromptSpec::parse(spec)?;
-    Ok((s.obj, spec_prompt(&s)?))
+    Ok((s.obj, spec_prompt(&s, read_mask)?))
 }
 
 /// The `prompts` property: `(buffer index, object, prompt)` per spec.
-pub fn schedule(text: &str) -> Result<Vec<(u64, u32, ObjectPrompt)>, SpecError> {
+pub fn schedule(
+    text: &str,
+    read_mask: MaskReader,
+) -> Result<Vec<(u64, u32, ObjectPrompt)>, SpecError> {
     PromptSpec::parse_list(text)?
         .iter()
-        .map(|s| Ok((s.frame as u64, s.obj, spec_prompt(s)?)))
+        .map(|s| Ok((s.frame as u64, s.obj, spec_prompt(s, read_mask)?)))
         .collect()
+}
+
+/// The `add-points` signal's `x,y,label` triples joined by `;`.
+pub fn parse_points(obj: u32, points: &str) -> Result<ObjectPrompt, String> {
+    let parsed = points
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| edgetam_pipeline::parse_point(p, "point"))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|e| format!("add-points for object {obj}: {e}"))?;
+    if parsed.is_empty() {
+        return Err(format!(
+            "add-points for object {obj}: no point given (expected `x,y,label;...`)"
+        ));
+    }
+    edgetam_tracker::limits::check(
+        || format!("add-points for object {obj}: the number of points"),
+        parsed.len(),
+        edgetam_tracker::limits::MAX_PROMPT_POINTS,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(ObjectPrompt::Points(Prompt::from_points(parsed)))
+}
+
+/// The spec string of a prompt event's structure: `None` when the structure is not a prompt
+/// event, `Some(Err)` when it is one without a string `spec` field.
+pub fn event_spec(s: &gst::StructureRef) -> Option<Result<&str, String>> {
+    if s.name() != crate::results::PROMPT_EVENT {
+        return None;
+    }
+    Some(
+        s.get::<&str>(crate::results::PROMPT_EVENT_SPEC)
+            .map_err(|e| {
+                format!(
+                    "{} event without a string field `{}`: {e}",
+                    crate::results::PROMPT_EVENT,
+                    crate::results::PROMPT_EVENT_SPEC
+                )
+            }),
+    )
 }
 
 /// The objects the element asked the tracker for, what it knows of each between results

@@ -95,6 +95,14 @@ pub enum FrameError {
     ZeroSize { width: usize, height: usize },
     #[error("frame {width}x{height} is too large to address (at most 2^31 bytes)")]
     TooLarge { width: usize, height: usize },
+    /// A side or the area is beyond [`crate::limits::MAX_FRAME_SIDE`] /
+    /// [`crate::limits::MAX_FRAME_PIXELS`].
+    #[error("frame {width}x{height}: {limit}")]
+    OverLimit {
+        width: usize,
+        height: usize,
+        limit: crate::limits::LimitError,
+    },
     #[error("{format:?} has {expected} plane(s), got {got}")]
     PlaneCount {
         format: PixelFormat,
@@ -346,6 +354,11 @@ impl<'a> Frame<'a> {
                 height: h,
             });
         }
+        crate::limits::check_image_size("frame", w, h).map_err(|limit| FrameError::OverLimit {
+            width: w,
+            height: h,
+            limit,
+        })?;
         let too_large = || FrameError::TooLarge {
             width: w,
             height: h,
@@ -686,7 +699,31 @@ mod tests {
         ));
         assert!(matches!(
             e(Frame::new(&[0u8; 3][..], usize::MAX, 2, PixelFormat::Rgb8)),
-            FrameError::TooLarge { .. }
+            FrameError::OverLimit { .. }
+        ));
+        // Bounded before anything is converted: a 1-pixel-wide frame 2^30 rows high (whose
+        // resize taps alone would need tens of GiB) is refused by its height.
+        let tall = e(Frame::new(&[0u8; 3][..], 1, 1 << 30, PixelFormat::Gray8));
+        assert_eq!(
+            tall,
+            FrameError::OverLimit {
+                width: 1,
+                height: 1 << 30,
+                limit: crate::limits::LimitError::new(
+                    "frame height",
+                    1u64 << 30,
+                    crate::limits::MAX_FRAME_SIDE
+                )
+            }
+        );
+        assert_eq!(
+            tall.to_string(),
+            "frame 1x1073741824: frame height is 1073741824, above the limit of 16384"
+        );
+        // 16384 x 8192 is within the side bound but over the area bound.
+        assert!(matches!(
+            e(Frame::from_planes(16384, 8192, PixelFormat::Gray8, [(&[0u8; 1][..], 16384)])),
+            FrameError::OverLimit { limit, .. } if limit.what.starts_with("frame area")
         ));
         assert!(Frame::new(&[0u8; 12][..], 4, 2, PixelFormat::Gray8)
             .to_rgb8()

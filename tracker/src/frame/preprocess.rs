@@ -128,6 +128,7 @@ fn check_image(rgb: &[u8], width: usize, height: usize) -> Result<()> {
             "image is {width}x{height}: both sides must be at least one pixel"
         )));
     }
+    crate::limits::check_image_size("image", width, height)?;
     let expected = width
         .checked_mul(height)
         .and_then(|n| n.checked_mul(3))

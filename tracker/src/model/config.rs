@@ -294,16 +294,32 @@ impl Default for MaskDecoderConfig {
 impl EdgeTamConfig {
     /// Reads and validates a transformers `config.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        let io = |source| Error::Io {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        crate::limits::check(
+            || format!("the size in bytes of {}", path.display()),
+            len,
+            crate::limits::MAX_CONFIG_BYTES,
+        )?;
+        let mut text = String::new();
+        file.take(crate::limits::MAX_CONFIG_BYTES as u64 + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
         Self::from_json(&text).map_err(|e| match e {
             Error::Config { message, .. } => Error::Config {
                 path: path.to_owned(),
                 message,
             },
+            Error::Limit(mut limit) => {
+                limit.what = format!("{} {}", path.display(), limit.what);
+                Error::Limit(limit)
+            }
             other => other,
         })
     }
@@ -374,6 +390,7 @@ impl EdgeTamConfig {
     }
 
     fn validate(&self) -> Result<()> {
+        self.validate_limits()?;
         let bad = |message: String| {
             Err(Error::Config {
                 path: "<json>".into(),
@@ -430,9 +447,341 @@ impl EdgeTamConfig {
         {
             return bad("only EdgeTAM's FPN (3 levels, 1x1 convs) is supported".into());
         }
-        if s / self.prompt_encoder_config.patch_size != s / 16 {
-            return bad("prompt_encoder_config.patch_size must be 16".into());
+        if self.prompt_encoder_config.patch_size != 16 {
+            return bad(format!(
+                "prompt_encoder_config.patch_size {} must be 16",
+                self.prompt_encoder_config.patch_size
+            ));
         }
+        Ok(())
+    }
+
+    /// Bounds on every size and depth of the config (see [`crate::limits`]), checked before
+    /// any other check and before anything is built from them: a `config.json` from anyone
+    /// must never reach an allocation that aborts the process. Zero is refused where the
+    /// model divides by a value or needs at least one of it.
+    pub fn validate_limits(&self) -> Result<()> {
+        use crate::limits::{
+            MAX_CONFIG_COUNT, MAX_CONFIG_DEPTH, MAX_CONFIG_KERNEL, MAX_CONFIG_WIDTH, MAX_IMAGE_SIZE,
+        };
+        fn bounded(what: &str, value: usize, min: usize, max: usize) -> Result<()> {
+            if value < min {
+                return Err(Error::Config {
+                    path: "<json>".into(),
+                    message: format!("{what} is {value}, below the minimum of {min}"),
+                });
+            }
+            crate::limits::check(|| what.to_string(), value, max)?;
+            Ok(())
+        }
+        fn finite(what: &str, value: f64) -> Result<()> {
+            if value.is_finite() {
+                return Ok(());
+            }
+            Err(Error::Config {
+                path: "<json>".into(),
+                message: format!("{what} is {value}: must be a finite number"),
+            })
+        }
+        let (w, d, k, n) = (
+            MAX_CONFIG_WIDTH,
+            MAX_CONFIG_DEPTH,
+            MAX_CONFIG_KERNEL,
+            MAX_CONFIG_COUNT,
+        );
+        bounded("image_size", self.image_size, 1, MAX_IMAGE_SIZE)?;
+        let v = &self.vision_config;
+        for (i, &c) in v.backbone_channel_list.iter().enumerate() {
+            bounded(
+                &format!("vision_config.backbone_channel_list[{i}]"),
+                c,
+                1,
+                w,
+            )?;
+        }
+        bounded(
+            "vision_config.backbone_channel_list length",
+            v.backbone_channel_list.len(),
+            0,
+            d,
+        )?;
+        bounded(
+            "vision_config.backbone_feature_sizes length",
+            v.backbone_feature_sizes.len(),
+            0,
+            d,
+        )?;
+        for (i, &[a, b]) in v.backbone_feature_sizes.iter().enumerate() {
+            bounded(
+                &format!("vision_config.backbone_feature_sizes[{i}][0]"),
+                a,
+                0,
+                MAX_IMAGE_SIZE,
+            )?;
+            bounded(
+                &format!("vision_config.backbone_feature_sizes[{i}][1]"),
+                b,
+                0,
+                MAX_IMAGE_SIZE,
+            )?;
+        }
+        bounded("vision_config.fpn_hidden_size", v.fpn_hidden_size, 1, w)?;
+        bounded("vision_config.fpn_kernel_size", v.fpn_kernel_size, 1, k)?;
+        bounded("vision_config.fpn_stride", v.fpn_stride, 1, k)?;
+        bounded("vision_config.fpn_padding", v.fpn_padding, 0, k)?;
+        bounded(
+            "vision_config.num_feature_levels",
+            v.num_feature_levels,
+            1,
+            d,
+        )?;
+        bounded(
+            "vision_config.fpn_top_down_levels length",
+            v.fpn_top_down_levels.len(),
+            0,
+            d,
+        )?;
+        for (i, &l) in v.fpn_top_down_levels.iter().enumerate() {
+            bounded(&format!("vision_config.fpn_top_down_levels[{i}]"), l, 0, d)?;
+        }
+        let p = &self.prompt_encoder_config;
+        bounded("prompt_encoder_config.hidden_size", p.hidden_size, 1, w)?;
+        bounded(
+            "prompt_encoder_config.image_size",
+            p.image_size,
+            1,
+            MAX_IMAGE_SIZE,
+        )?;
+        bounded(
+            "prompt_encoder_config.patch_size",
+            p.patch_size,
+            1,
+            MAX_IMAGE_SIZE,
+        )?;
+        bounded(
+            "prompt_encoder_config.mask_input_channels",
+            p.mask_input_channels,
+            1,
+            w,
+        )?;
+        bounded(
+            "prompt_encoder_config.num_point_embeddings",
+            p.num_point_embeddings,
+            1,
+            n,
+        )?;
+        finite("prompt_encoder_config.layer_norm_eps", p.layer_norm_eps)?;
+        let m = &self.mask_decoder_config;
+        bounded("mask_decoder_config.hidden_size", m.hidden_size, 1, w)?;
+        bounded("mask_decoder_config.mlp_dim", m.mlp_dim, 1, w)?;
+        bounded(
+            "mask_decoder_config.num_hidden_layers",
+            m.num_hidden_layers,
+            1,
+            d,
+        )?;
+        bounded(
+            "mask_decoder_config.num_attention_heads",
+            m.num_attention_heads,
+            1,
+            d,
+        )?;
+        bounded(
+            "mask_decoder_config.attention_downsample_rate",
+            m.attention_downsample_rate,
+            1,
+            d,
+        )?;
+        bounded(
+            "mask_decoder_config.num_multimask_outputs",
+            m.num_multimask_outputs,
+            1,
+            d,
+        )?;
+        bounded("mask_decoder_config.iou_head_depth", m.iou_head_depth, 1, d)?;
+        bounded(
+            "mask_decoder_config.iou_head_hidden_dim",
+            m.iou_head_hidden_dim,
+            1,
+            w,
+        )?;
+        finite(
+            "mask_decoder_config.dynamic_multimask_stability_delta",
+            m.dynamic_multimask_stability_delta,
+        )?;
+        finite(
+            "mask_decoder_config.dynamic_multimask_stability_thresh",
+            m.dynamic_multimask_stability_thresh,
+        )?;
+        bounded("num_maskmem", self.num_maskmem, 1, n)?;
+        finite("sigmoid_scale_for_mem_enc", self.sigmoid_scale_for_mem_enc)?;
+        finite("sigmoid_bias_for_mem_enc", self.sigmoid_bias_for_mem_enc)?;
+        bounded("multimask_min_pt_num", self.multimask_min_pt_num, 0, n)?;
+        bounded("multimask_max_pt_num", self.multimask_max_pt_num, 0, n)?;
+        bounded(
+            "max_object_pointers_in_encoder",
+            self.max_object_pointers_in_encoder,
+            1,
+            n,
+        )?;
+        if self.max_cond_frame_num < -1 {
+            return Err(Error::Config {
+                path: "<json>".into(),
+                message: format!(
+                    "max_cond_frame_num is {}: -1 (all) or a count",
+                    self.max_cond_frame_num
+                ),
+            });
+        }
+        crate::limits::check(
+            || "max_cond_frame_num".into(),
+            self.max_cond_frame_num.max(0) as u64,
+            n,
+        )?;
+        bounded(
+            "memory_encoder_output_channels",
+            self.memory_encoder_output_channels,
+            1,
+            w,
+        )?;
+        bounded(
+            "memory_attention_hidden_size",
+            self.memory_attention_hidden_size,
+            1,
+            w,
+        )?;
+        bounded(
+            "memory_attention_num_layers",
+            self.memory_attention_num_layers,
+            0,
+            d,
+        )?;
+        bounded(
+            "memory_attention_num_attention_heads",
+            self.memory_attention_num_attention_heads,
+            1,
+            d,
+        )?;
+        bounded(
+            "memory_attention_downsample_rate",
+            self.memory_attention_downsample_rate,
+            1,
+            d,
+        )?;
+        bounded(
+            "memory_attention_mlp_hidden_size",
+            self.memory_attention_mlp_hidden_size,
+            1,
+            w,
+        )?;
+        for (i, &s) in self.memory_attention_rope_feat_sizes.iter().enumerate() {
+            bounded(&format!("memory_attention_rope_feat_sizes[{i}]"), s, 1, n)?;
+        }
+        for (i, &s) in self.memory_attention_rope_k_sizes.iter().enumerate() {
+            bounded(&format!("memory_attention_rope_k_sizes[{i}]"), s, 1, n)?;
+        }
+        finite(
+            "rope_parameters.rope_theta",
+            self.rope_parameters.rope_theta,
+        )?;
+        bounded(
+            "memory_encoder_hidden_size",
+            self.memory_encoder_hidden_size,
+            1,
+            w,
+        )?;
+        bounded(
+            "mask_downsampler_embed_dim",
+            self.mask_downsampler_embed_dim,
+            1,
+            w,
+        )?;
+        bounded(
+            "mask_downsampler_kernel_size",
+            self.mask_downsampler_kernel_size,
+            1,
+            k,
+        )?;
+        bounded(
+            "mask_downsampler_stride",
+            self.mask_downsampler_stride,
+            1,
+            k,
+        )?;
+        bounded(
+            "mask_downsampler_padding",
+            self.mask_downsampler_padding,
+            0,
+            k,
+        )?;
+        bounded(
+            "mask_downsampler_total_stride",
+            self.mask_downsampler_total_stride,
+            1,
+            MAX_IMAGE_SIZE,
+        )?;
+        bounded(
+            "memory_fuser_num_layers",
+            self.memory_fuser_num_layers,
+            0,
+            d,
+        )?;
+        bounded("memory_fuser_embed_dim", self.memory_fuser_embed_dim, 1, w)?;
+        bounded(
+            "memory_fuser_intermediate_dim",
+            self.memory_fuser_intermediate_dim,
+            1,
+            w,
+        )?;
+        bounded(
+            "memory_fuser_kernel_size",
+            self.memory_fuser_kernel_size,
+            1,
+            k,
+        )?;
+        bounded("memory_fuser_padding", self.memory_fuser_padding, 0, k)?;
+        bounded(
+            "perceiver_resampler_num_latents",
+            self.perceiver_resampler_num_latents,
+            0,
+            n,
+        )?;
+        bounded(
+            "perceiver_resampler_num_latents_2d",
+            self.perceiver_resampler_num_latents_2d,
+            0,
+            n,
+        )?;
+        bounded(
+            "perceiver_resampler_hidden_size",
+            self.perceiver_resampler_hidden_size,
+            1,
+            w,
+        )?;
+        bounded(
+            "perceiver_resampler_mlp_intermediate_size",
+            self.perceiver_resampler_mlp_intermediate_size,
+            1,
+            w,
+        )?;
+        bounded(
+            "perceiver_resampler_num_attention_heads",
+            self.perceiver_resampler_num_attention_heads,
+            1,
+            d,
+        )?;
+        bounded(
+            "perceiver_resampler_attention_head_dim",
+            self.perceiver_resampler_attention_head_dim,
+            1,
+            w,
+        )?;
+        bounded(
+            "perceiver_resampler_num_layers",
+            self.perceiver_resampler_num_layers,
+            0,
+            d,
+        )?;
         Ok(())
     }
 

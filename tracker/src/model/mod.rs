@@ -2,7 +2,7 @@
 //! [`image_encoder`] (RepViT backbone, FPN neck, the decoder's high-resolution projections),
 //! [`prompt_encoder`], [`decoder`] (two-way transformer, cross-attentions, upscaling),
 //! [`memory_attention`] (RoPE, the memory cross-attention), [`memory_encoder`] and [`perceiver`].
-//! [`edgetam`] holds them together; [`weights`] and [`original_keys`] load checkpoints, [`hub`]
+//! [`edgetam`] holds them together; [`weights`], [`pt`] and [`original_keys`] load checkpoints, [`hub`]
 //! finds them by Hugging Face hub repository id.
 //!
 //! Stage files compose the crate's kernels ([`crate::kernels`]); they hold no custom op, no
@@ -23,4 +23,5 @@ pub(crate) mod position_encoding;
 pub(crate) mod precision;
 pub(crate) mod prompt;
 pub(crate) mod prompt_encoder;
+pub(crate) mod pt;
 pub(crate) mod weights;

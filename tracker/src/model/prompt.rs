@@ -60,6 +60,11 @@ impl Prompt {
                 "a prompt needs a box or at least one point".into(),
             ));
         }
+        crate::limits::check(
+            || "the number of prompt points (a box counts as two)".into(),
+            self.num_points(),
+            crate::limits::MAX_PROMPT_POINTS,
+        )?;
         if let Some([x0, y0, x1, y1]) = self.bbox {
             if !inside(x0, y0) || !inside(x1, y1) {
                 return Err(Error::InvalidPrompt(format!(

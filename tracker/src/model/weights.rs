@@ -38,28 +38,92 @@ struct LoadState {
 }
 
 impl Weights {
-    /// Loads a checkpoint file; the format is detected from the file's first bytes.
+    /// Loads a checkpoint file; the format is detected from the file's first bytes. Every size
+    /// in the file (the safetensors header, the pickle, each tensor's rank, shape and storage)
+    /// is checked against [`crate::limits`] before anything is allocated for it.
     pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let format = detect_format(&path)?;
         let raw: Vec<(String, Tensor)> = match format {
             CheckpointFormat::Safetensors => {
+                check_safetensors_file(&path)?;
                 let map = candle_core::safetensors::load(&path, &Device::Cpu)
                     .map_err(|e| file_error(&path, e))?;
                 map.into_iter().collect()
             }
             CheckpointFormat::OriginalPt => {
-                let raw = candle_core::pickle::read_all_with_key(&path, Some("model"))
-                    .map_err(|e| file_error(&path, e))?;
-                if raw.is_empty() {
-                    return Err(Error::WeightFile {
-                        path,
-                        message: "no tensors found under the `model` key (is this an EdgeTAM checkpoint?)".into(),
-                    });
-                }
-                crate::model::original_keys::to_transformers(raw, &path)?
+                let file = std::fs::File::open(&path).map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let raw = crate::model::pt::read_tensors(
+                    std::io::BufReader::new(file),
+                    Some("model"),
+                    &path,
+                )?;
+                Self::original_names(raw, &path)?
             }
         };
+        Self::from_raw(path, format, raw, device)
+    }
+
+    /// A checkpoint held in memory, either format (detected from its first bytes); `label`
+    /// names it in errors. Bounded exactly as [`Self::load`].
+    pub fn from_bytes(bytes: &[u8], label: impl Into<PathBuf>, device: &Device) -> Result<Self> {
+        let label = label.into();
+        if bytes.starts_with(b"PK\x03\x04") {
+            Self::from_pt_bytes(bytes, label, device)
+        } else {
+            Self::from_safetensors_bytes(bytes, label, device)
+        }
+    }
+
+    /// A transformers `model.safetensors` held in memory; `label` names it in errors.
+    pub fn from_safetensors_bytes(
+        bytes: &[u8],
+        label: impl Into<PathBuf>,
+        device: &Device,
+    ) -> Result<Self> {
+        let path = label.into();
+        let header_len = safetensors_header_len(bytes.get(..8), bytes.len() as u64, &path)?;
+        check_safetensors_header(&bytes[8..8 + header_len], bytes.len() as u64, &path)?;
+        let map = candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
+            .map_err(|e| file_error(&path, e))?;
+        Self::from_raw(
+            path,
+            CheckpointFormat::Safetensors,
+            map.into_iter().collect(),
+            device,
+        )
+    }
+
+    /// Meta's original `edgetam.pt` held in memory; `label` names it in errors.
+    pub fn from_pt_bytes(bytes: &[u8], label: impl Into<PathBuf>, device: &Device) -> Result<Self> {
+        let path = label.into();
+        let raw =
+            crate::model::pt::read_tensors(std::io::Cursor::new(bytes), Some("model"), &path)?;
+        let raw = Self::original_names(raw, &path)?;
+        Self::from_raw(path, CheckpointFormat::OriginalPt, raw, device)
+    }
+
+    /// The tensors of an original checkpoint under their transformers names.
+    fn original_names(raw: Vec<(String, Tensor)>, path: &Path) -> Result<Vec<(String, Tensor)>> {
+        if raw.is_empty() {
+            return Err(Error::WeightFile {
+                path: path.to_owned(),
+                message: "no tensors found under the `model` key (is this an EdgeTAM checkpoint?)"
+                    .into(),
+            });
+        }
+        crate::model::original_keys::to_transformers(raw, path)
+    }
+
+    fn from_raw(
+        path: PathBuf,
+        format: CheckpointFormat,
+        raw: Vec<(String, Tensor)>,
+        device: &Device,
+    ) -> Result<Self> {
         let mut tensors = HashMap::with_capacity(raw.len());
         for (key, t) in raw {
             // Integer buffers (BatchNorm `num_batches_tracked`) are kept as they are; every float
@@ -196,6 +260,119 @@ fn detect_format(path: &Path) -> Result<CheckpointFormat> {
         message: "neither a safetensors file nor a PyTorch zip checkpoint (truncated or corrupt?)"
             .into(),
     })
+}
+
+/// The JSON header length of a safetensors file from its first 8 bytes, bounded by
+/// [`crate::limits::MAX_SAFETENSORS_HEADER_BYTES`] and by the file's length.
+fn safetensors_header_len(head: Option<&[u8]>, file_len: u64, path: &Path) -> Result<usize> {
+    let bad = |message: String| Error::WeightFile {
+        path: path.to_owned(),
+        message,
+    };
+    let head: [u8; 8] = head
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| bad("shorter than a safetensors header (8 bytes)".into()))?;
+    let len = u64::from_le_bytes(head);
+    crate::limits::check(
+        || format!("{} safetensors header size in bytes", path.display()),
+        len,
+        crate::limits::MAX_SAFETENSORS_HEADER_BYTES,
+    )?;
+    if len.saturating_add(8) > file_len {
+        return Err(bad(format!(
+            "its safetensors header of {len} bytes runs past the end of the {file_len}-byte file              (truncated?)"
+        )));
+    }
+    Ok(len as usize)
+}
+
+/// Reads and checks the header of the safetensors file at `path` (see
+/// [`check_safetensors_header`]) before the file is loaded.
+fn check_safetensors_file(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let file_len = f.metadata().map_err(io)?.len();
+    let mut head = [0u8; 8];
+    f.read_exact(&mut head).map_err(io)?;
+    let len = safetensors_header_len(Some(&head), file_len, path)?;
+    let mut header = vec![0u8; len];
+    f.read_exact(&mut header).map_err(io)?;
+    check_safetensors_header(&header, file_len, path)
+}
+
+/// One entry of a safetensors header.
+#[derive(serde::Deserialize)]
+struct SafetensorsEntry {
+    dtype: String,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+/// Checks a safetensors JSON header against [`crate::limits`] (tensor count, rank, elements,
+/// total bytes) and the file (each tensor's bytes inside the data), naming the first tensor
+/// that is out of bounds.
+fn check_safetensors_header(header: &[u8], file_len: u64, path: &Path) -> Result<()> {
+    use crate::limits::{check, MAX_CHECKPOINT_TENSORS, MAX_TENSOR_ELEMENTS, MAX_TENSOR_RANK};
+    let bad = |message: String| Error::WeightFile {
+        path: path.to_owned(),
+        message,
+    };
+    let entries: HashMap<String, serde_json::Value> = serde_json::from_slice(header)
+        .map_err(|e| bad(format!("the safetensors header is not a JSON object: {e}")))?;
+    check(
+        || format!("{} tensor count", path.display()),
+        entries.len(),
+        MAX_CHECKPOINT_TENSORS,
+    )?;
+    let data_len = file_len.saturating_sub(8 + header.len() as u64);
+    for (name, value) in entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let e: SafetensorsEntry = serde_json::from_value(value)
+            .map_err(|err| bad(format!("tensor `{name}` in the header: {err}")))?;
+        check(
+            || format!("{} tensor `{name}` rank", path.display()),
+            e.shape.len(),
+            MAX_TENSOR_RANK,
+        )?;
+        let elements = e
+            .shape
+            .iter()
+            .fold(1u128, |n, &d| n.saturating_mul(d as u128));
+        check(
+            || {
+                format!(
+                    "{} tensor `{name}` ({:?}) element count",
+                    path.display(),
+                    e.shape
+                )
+            },
+            elements,
+            MAX_TENSOR_ELEMENTS,
+        )?;
+        let size = match e.dtype.as_str() {
+            "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+            "I16" | "U16" | "F16" | "BF16" => 2,
+            "I32" | "U32" | "F32" => 4,
+            "I64" | "U64" | "F64" => 8,
+            other => return Err(bad(format!("tensor `{name}` has unknown dtype `{other}`"))),
+        };
+        let [start, end] = e.data_offsets;
+        if start > end || end > data_len || (end - start) as u128 != elements * size {
+            return Err(bad(format!(
+                "tensor `{name}` ({} {:?}) has data offsets {start}..{end}, which do not hold its                  {} bytes inside the file's {data_len} bytes of data",
+                e.dtype,
+                e.shape,
+                elements * size
+            )));
+        }
+    }
+    Ok(())
 }
 
 struct TrackingBackend {

@@ -15,6 +15,7 @@ pub struct Mask {
 impl Mask {
     /// A mask from row-major values; any nonzero value counts as inside.
     pub fn new(width: usize, height: usize, data: Vec<u8>) -> Result<Self> {
+        crate::limits::check_image_size("mask", width, height)?;
         if width == 0 || height == 0 || data.len() != width * height {
             return Err(Error::InvalidPrompt(format!(
                 "a {width}x{height} mask needs {} values, got {}",

@@ -165,6 +165,15 @@ impl Tracker {
                         "object {obj_id}: a prompt needs a box, points or a mask"
                     )));
                 }
+                crate::limits::check(
+                    || {
+                        format!(
+                            "the number of prompt points of object {obj_id} (a box counts as two)"
+                        )
+                    },
+                    p.num_points(),
+                    crate::limits::MAX_PROMPT_POINTS,
+                )?;
             }
             ObjectPrompt::Mask(m) => {
                 Mask::new(m.width, m.height, m.data.clone())?;
@@ -181,6 +190,11 @@ impl Tracker {
         let idx = match self.objects.iter().position(|o| o.id == obj_id) {
             Some(i) => i,
             None => {
+                crate::limits::check(
+                    || format!("the number of tracked objects with object {obj_id}"),
+                    self.objects.len() + 1,
+                    crate::limits::MAX_OBJECTS,
+                )?;
                 let memory = ObjectMemory::new(layout, DType::F32, self.model.device())?;
                 self.objects.push(TrackedObject {
                     id: obj_id,
