@@ -17,9 +17,10 @@ use serde::Serialize;
 use crate::ModelArgs;
 
 pub const AFTER_HELP: &str = "\
-With --random-weights --size below 256 (a multiple of 64) the spatial perceiver gets one 2-D \
+With --random-weights --size below 256 (a multiple of 16) the spatial perceiver gets one 2-D \
 latent per memory-grid cell so the model tracks at that size (the released config needs 256 or \
-more); --size 128 is the small config the 100,000-frame soak in BENCHMARKS.md runs.
+more); --size 64 is the small config of the 100,000-frame soak in BENCHMARKS.md and of CI's \
+short soak.
 
 
 Frames are generated (a gray gradient with one bright square per object, moving), their pixel \
@@ -69,7 +70,7 @@ pub struct SoakArgs {
 
 /// The model: `--model`, or random weights at `--size`. Below 256 (where the released spatial
 /// perceiver's 16x16 windows do not fit the memory grid) the perceiver gets one 2-D latent per
-/// grid cell, so small inputs track too: 128 (8x8 grid) costs about a fifth of 256.
+/// grid cell, so small inputs track too.
 fn model(args: &ModelArgs, size: Option<usize>) -> Result<edgetam::tracker::EdgeTam> {
     if let Some(size) = size.filter(|&s| args.random_weights && s < 256 && s % 16 == 0) {
         eprintln!(

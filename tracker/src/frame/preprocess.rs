@@ -203,15 +203,17 @@ pub fn resize_rgb_u8(
     Ok(out)
 }
 
-/// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over threads.
+/// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over the caller's
+/// rayon pool (kept threads: no thread start per frame, and the encoder-ahead stage's own pool
+/// when it runs there).
 fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let rows = buf.len() / row_len.max(1);
     let threads = crate::kernels::threads();
     let per = rows.div_ceil(threads).max(1);
     let f = &f;
-    std::thread::scope(|scope| {
+    rayon::scope(|scope| {
         for (t, chunk) in buf.chunks_mut(per * row_len.max(1)).enumerate() {
-            scope.spawn(move || {
+            scope.spawn(move |_| {
                 for (k, row) in chunk.chunks_mut(row_len.max(1)).enumerate() {
                     f(t * per + k, row);
                 }
