@@ -133,11 +133,15 @@ unsafe fn gelu_slice_avx2(data: &mut [f32]) {
 pub(crate) fn gelu_in_place(data: &mut [f32]) {
     let threads = threads();
     let per = data.len().div_ceil(threads).max(1 << 14);
-    std::thread::scope(|scope| {
-        for chunk in data.chunks_mut(per) {
-            scope.spawn(move || {
-                gelu_slice(chunk);
-            });
+    let mut chunks = data.chunks_mut(per);
+    let first = chunks.next();
+    // The caller's thread takes the first chunk; the rest go to rayon's pool (no thread starts).
+    rayon::scope(|scope| {
+        for chunk in chunks {
+            scope.spawn(move |_| gelu_slice(chunk));
+        }
+        if let Some(chunk) = first {
+            gelu_slice(chunk);
         }
     });
 }

@@ -311,9 +311,10 @@ pub fn gemm_rows(
     if workers == 1 {
         run();
     } else {
-        std::thread::scope(|scope| {
+        // rayon's pool keeps its threads: no thread start per product.
+        rayon::scope(|scope| {
             for _ in 1..workers {
-                scope.spawn(run);
+                scope.spawn(|_| run());
             }
             run();
         });

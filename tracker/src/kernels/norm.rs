@@ -296,9 +296,9 @@ impl CpuOp3 for NormOp {
             .min(columns);
         // Column blocks small enough for their f64 accumulators to stay in L1.
         const BLOCK: usize = 512;
-        std::thread::scope(|scope| {
+        rayon::scope(|scope| {
             for (t, (m, d)) in mean.chunks_mut(per).zip(den.chunks_mut(per)).enumerate() {
-                scope.spawn(move || {
+                scope.spawn(move |_| {
                     let mut col = t * per;
                     let end = col + m.len();
                     while col < end {

@@ -125,18 +125,19 @@ impl CpuOp3 for FusedAttention {
         };
         // The keys (transposed) and values of every batch x head, packed once for all query
         // tiles (the `gemm` crate re-packed them per tile).
-        let (keys, values) = std::thread::scope(|scope| {
-            let keys = scope.spawn(|| {
+        // Keys and values packed side by side on rayon's pool (no thread start per call).
+        let (keys, values) = rayon::join(
+            || {
                 (0..n * h)
                     .map(|bh| PackedB::from_transposed(&k[bh * lk * d..][..lk * d], lk, d, d))
                     .collect::<Vec<_>>()
-            });
-            let values: Vec<_> = (0..n * h)
-                .map(|bh| PackedB::from_rows(&v[bh * lk * d..][..lk * d], lk, d, d))
-                .collect();
-            (keys.join(), values)
-        });
-        let keys = keys.map_err(|_| candle_core::Error::Msg("attention: packing failed".into()))?;
+            },
+            || {
+                (0..n * h)
+                    .map(|bh| PackedB::from_rows(&v[bh * lk * d..][..lk * d], lk, d, d))
+                    .collect::<Vec<_>>()
+            },
+        );
         let scratch = || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]);
         let tiles = n * h * lq.div_ceil(TILE_Q);
         let workers = threads();

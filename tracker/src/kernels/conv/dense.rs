@@ -98,114 +98,116 @@ impl CustomOp1 for DenseOp<'_> {
         let threads = threads().clamp(1, jobs);
         // Threads write disjoint column ranges of `out`; the address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
-        std::thread::scope(|scope| {
-            for t in 0..threads {
-                scope.spawn(move || {
-                    let mut cols = vec![0f32; kk * DENSE_CHUNK];
-                    let bf16 = d.bf16;
-                    let mut packed =
-                        PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK);
-                    let mut pairs = match bf16 {
-                        Some(_) => super::pointwise_bf16::BlockScratch::new(kk, DENSE_CHUNK),
-                        None => Default::default(),
-                    };
-                    let mut block = vec![0f32; out_ch * LDC];
-                    for job in (t..jobs).step_by(threads) {
-                        let (b, ci) = (job / chunks, job % chunks);
-                        let p0 = ci * DENSE_CHUNK;
-                        let np = DENSE_CHUNK.min(hw - p0);
-                        let img = &x[b * c * h * w..(b + 1) * c * h * w];
-                        // im2col: row `(ch, ky, kx)`, column = output pixel.
-                        for ch in 0..c {
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let row = (ch * k + ky) * k + kx;
-                                    let dst = &mut cols[row * np..(row + 1) * np];
-                                    // Walk the output pixels row segment by row segment (no
-                                    // division per element).
-                                    let mut j = 0;
-                                    while j < np {
-                                        let q = p0 + j;
-                                        let (oy, ox0) = (q / ow, q % ow);
-                                        let seg = (ow - ox0).min(np - j);
-                                        let iy = (oy * s + ky) as isize - p as isize;
-                                        let out = &mut dst[j..j + seg];
-                                        if iy < 0 || iy as usize >= h {
-                                            out.fill(0.0);
-                                        } else {
-                                            let src = &img[(ch * h + iy as usize) * w..][..w];
-                                            im2col_segment(src, out, ox0 * s + kx, p, s);
-                                        }
-                                        j += seg;
-                                    }
+        // Worker `t` takes every `threads`-th job, on rayon's pool (no thread start per call).
+        let work = |t: usize| {
+            let mut cols = vec![0f32; kk * DENSE_CHUNK];
+            let bf16 = d.bf16;
+            let mut packed = PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK);
+            let mut pairs = match bf16 {
+                Some(_) => super::pointwise_bf16::BlockScratch::new(kk, DENSE_CHUNK),
+                None => Default::default(),
+            };
+            let mut block = vec![0f32; out_ch * LDC];
+            for job in (t..jobs).step_by(threads) {
+                let (b, ci) = (job / chunks, job % chunks);
+                let p0 = ci * DENSE_CHUNK;
+                let np = DENSE_CHUNK.min(hw - p0);
+                let img = &x[b * c * h * w..(b + 1) * c * h * w];
+                // im2col: row `(ch, ky, kx)`, column = output pixel.
+                for ch in 0..c {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let row = (ch * k + ky) * k + kx;
+                            let dst = &mut cols[row * np..(row + 1) * np];
+                            // Walk the output pixels row segment by row segment (no
+                            // division per element).
+                            let mut j = 0;
+                            while j < np {
+                                let q = p0 + j;
+                                let (oy, ox0) = (q / ow, q % ow);
+                                let seg = (ow - ox0).min(np - j);
+                                let iy = (oy * s + ky) as isize - p as isize;
+                                let out = &mut dst[j..j + seg];
+                                if iy < 0 || iy as usize >= h {
+                                    out.fill(0.0);
+                                } else {
+                                    let src = &img[(ch * h + iy as usize) * w..][..w];
+                                    im2col_segment(src, out, ox0 * s + kx, p, s);
                                 }
-                            }
-                        }
-                        // The product goes to a local block (row stride `LDC`) and is copied
-                        // out once: written in place, its rows would sit `hw` floats apart, a
-                        // power of two that maps every row of a tile to the same cache sets.
-                        for (row, &bias) in block.chunks_mut(LDC).zip(d.bias) {
-                            row[..np].fill(bias);
-                        }
-                        if let Some(pw) = bf16 {
-                            // SAFETY: `cols` is `kk x np` (row stride `np`), `pairs` sized for
-                            // `kk` rows of DENSE_CHUNK >= np pixels, `block` `out_ch x LDC`;
-                            // a `PackedWeight` exists only where AVX512-BF16 does.
-                            unsafe {
-                                super::pointwise_bf16::accumulate_block(
-                                    pw,
-                                    &cols,
-                                    np,
-                                    np,
-                                    &mut pairs,
-                                    block.as_mut_ptr(),
-                                    LDC,
-                                );
-                            }
-                        } else {
-                            packed.fill_columns_from_rows(&cols, np, np);
-                            // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and
-                            // `block` is `out_ch x LDC` with `np <= LDC`.
-                            unsafe {
-                                packed_unchecked(
-                                    out_ch,
-                                    d.weight,
-                                    kk,
-                                    &packed,
-                                    0..kk,
-                                    0..np,
-                                    block.as_mut_ptr(),
-                                    LDC,
-                                    true,
-                                );
-                            }
-                        }
-                        if let DenseEpilogue::NormGelu(norm) = self.epilogue {
-                            norm.normalize_columns(&mut block, LDC, np);
-                        }
-                        let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
-                        for (o, row) in block.chunks(LDC).enumerate() {
-                            let row = &row[..np];
-                            // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
-                            // `out_ch x hw` block (row stride `hw`), which no other job touches.
-                            let fresh = unsafe { crate::kernels::uninit_row(dst.add(o * hw), np) };
-                            for (v, &x) in fresh.iter_mut().zip(row) {
-                                v.write(x);
-                            }
-                            if !matches!(self.epilogue, DenseEpilogue::None) {
-                                // SAFETY: the same range, every value written just above.
-                                let out =
-                                    unsafe { std::slice::from_raw_parts_mut(dst.add(o * hw), np) };
-                                crate::kernels::gelu::gelu_slice(out);
+                                j += seg;
                             }
                         }
                     }
-                });
+                }
+                // The product goes to a local block (row stride `LDC`) and is copied
+                // out once: written in place, its rows would sit `hw` floats apart, a
+                // power of two that maps every row of a tile to the same cache sets.
+                for (row, &bias) in block.chunks_mut(LDC).zip(d.bias) {
+                    row[..np].fill(bias);
+                }
+                if let Some(pw) = bf16 {
+                    // SAFETY: `cols` is `kk x np` (row stride `np`), `pairs` sized for
+                    // `kk` rows of DENSE_CHUNK >= np pixels, `block` `out_ch x LDC`;
+                    // a `PackedWeight` exists only where AVX512-BF16 does.
+                    unsafe {
+                        super::pointwise_bf16::accumulate_block(
+                            pw,
+                            &cols,
+                            np,
+                            np,
+                            &mut pairs,
+                            block.as_mut_ptr(),
+                            LDC,
+                        );
+                    }
+                } else {
+                    packed.fill_columns_from_rows(&cols, np, np);
+                    // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and
+                    // `block` is `out_ch x LDC` with `np <= LDC`.
+                    unsafe {
+                        packed_unchecked(
+                            out_ch,
+                            d.weight,
+                            kk,
+                            &packed,
+                            0..kk,
+                            0..np,
+                            block.as_mut_ptr(),
+                            LDC,
+                            true,
+                        );
+                    }
+                }
+                if let DenseEpilogue::NormGelu(norm) = self.epilogue {
+                    norm.normalize_columns(&mut block, LDC, np);
+                }
+                let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
+                for (o, row) in block.chunks(LDC).enumerate() {
+                    let row = &row[..np];
+                    // SAFETY: `dst` addresses columns `p0..p0 + np` of batch `b`'s
+                    // `out_ch x hw` block (row stride `hw`), which no other job touches.
+                    let fresh = unsafe { crate::kernels::uninit_row(dst.add(o * hw), np) };
+                    for (v, &x) in fresh.iter_mut().zip(row) {
+                        v.write(x);
+                    }
+                    if !matches!(self.epilogue, DenseEpilogue::None) {
+                        // SAFETY: the same range, every value written just above.
+                        let out = unsafe { std::slice::from_raw_parts_mut(dst.add(o * hw), np) };
+                        crate::kernels::gelu::gelu_slice(out);
+                    }
+                }
             }
+        };
+        let work = &work;
+        rayon::scope(|scope| {
+            for t in 1..threads {
+                scope.spawn(move |_| work(t));
+            }
+            work(0);
         });
-        // SAFETY: the jobs `(b, chunk)` cover every image and pixel chunk (each thread takes
+        // SAFETY: the jobs `(b, chunk)` cover every image and pixel chunk (each worker takes
         // every `threads`-th job), and each wrote all `out_ch` rows of its columns; the scope
-        // joined every thread (a panic propagates before this line).
+        // waited for every worker (a panic propagates before this line).
         unsafe { out.set_len(len) };
         Ok((CpuStorage::F32(out), shape))
     }
