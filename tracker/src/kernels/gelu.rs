@@ -11,7 +11,7 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// `x * 0.5 * (1 + erf(x / sqrt 2))`.
 pub(crate) fn gelu(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -133,17 +133,8 @@ unsafe fn gelu_slice_avx2(data: &mut [f32]) {
 pub(crate) fn gelu_in_place(data: &mut [f32]) {
     let threads = threads();
     let per = data.len().div_ceil(threads).max(1 << 14);
-    let mut chunks = data.chunks_mut(per);
-    let first = chunks.next();
-    // The caller's thread takes the first chunk; the rest go to rayon's pool (no thread starts).
-    rayon::scope(|scope| {
-        for chunk in chunks {
-            scope.spawn(move |_| gelu_slice(chunk));
-        }
-        if let Some(chunk) = first {
-            gelu_slice(chunk);
-        }
-    });
+    let chunks: Vec<&mut [f32]> = data.chunks_mut(per).collect();
+    run_tasks_with(chunks, threads, || (), |_, chunk| gelu_slice(chunk));
 }
 
 impl CustomOp1 for Gelu {

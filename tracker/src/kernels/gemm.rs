@@ -280,14 +280,12 @@ pub fn gemm_rows(
     let workers = workers.clamp(1, chunks);
     // Tasks write disjoint column ranges of `c`; its address travels as an integer.
     let c_addr = c.as_mut_ptr() as usize;
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let run = || {
-        let mut packed = PackedB::zeroed(k, NC);
-        loop {
-            let chunk = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if chunk >= chunks {
-                break;
-            }
+    let tasks: Vec<usize> = (0..chunks).collect();
+    crate::kernels::run_tasks_with(
+        tasks,
+        workers,
+        || PackedB::zeroed(k, NC),
+        |packed, chunk| {
             let j0 = chunk * NC;
             let w = NC.min(n - j0);
             packed.fill_columns_from_rows(&b[j0..], ldb, w);
@@ -298,7 +296,7 @@ pub fn gemm_rows(
                     m,
                     a,
                     lda,
-                    &packed,
+                    packed,
                     0..k,
                     0..w,
                     (c_addr as *mut f32).add(j0),
@@ -306,19 +304,8 @@ pub fn gemm_rows(
                     accumulate,
                 )
             };
-        }
-    };
-    if workers == 1 {
-        run();
-    } else {
-        // rayon's pool keeps its threads: no thread start per product.
-        rayon::scope(|scope| {
-            for _ in 1..workers {
-                scope.spawn(|_| run());
-            }
-            run();
-        });
-    }
+        },
+    );
 }
 
 /// The fallback: multiplies panel by panel with the `gemm` crate.

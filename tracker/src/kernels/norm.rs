@@ -296,27 +296,33 @@ impl CpuOp3 for NormOp {
             .min(columns);
         // Column blocks small enough for their f64 accumulators to stay in L1.
         const BLOCK: usize = 512;
-        rayon::scope(|scope| {
-            for (t, (m, d)) in mean.chunks_mut(per).zip(den.chunks_mut(per)).enumerate() {
-                scope.spawn(move |_| {
-                    let mut col = t * per;
-                    let end = col + m.len();
-                    while col < end {
-                        let (s, j) = (col / inner, col % inner);
-                        let n = BLOCK.min(inner - j).min(end - col);
-                        let at = col - t * per;
-                        self.columns(
-                            &x[s * slab + j..],
-                            inner,
-                            channels,
-                            &mut m[at..at + n],
-                            &mut d[at..at + n],
-                        );
-                        col += n;
-                    }
-                });
-            }
-        });
+        let tasks: Vec<_> = mean
+            .chunks_mut(per)
+            .zip(den.chunks_mut(per))
+            .enumerate()
+            .collect();
+        run_tasks_with(
+            tasks,
+            threads,
+            || (),
+            |_, (t, (m, d))| {
+                let mut col = t * per;
+                let end = col + m.len();
+                while col < end {
+                    let (s, j) = (col / inner, col % inner);
+                    let n = BLOCK.min(inner - j).min(end - col);
+                    let at = col - t * per;
+                    self.columns(
+                        &x[s * slab + j..],
+                        inner,
+                        channels,
+                        &mut m[at..at + n],
+                        &mut d[at..at + n],
+                    );
+                    col += n;
+                }
+            },
+        );
         let rows_per = (x.len() / inner)
             .div_ceil(threads)
             .max(GRAIN.div_ceil(inner));

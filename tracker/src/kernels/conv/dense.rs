@@ -7,7 +7,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use super::pointwise_bf16::PackedWeight;
 use crate::kernels::gemm::{packed_unchecked, PackedB};
 use crate::kernels::norm::HostNorm;
-use crate::kernels::{f32_slice, threads};
+use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// A dense conv's parameters on the host: `weight` `[out, in * k * k]` row-major, `bias`
 /// `[out]`, the geometry, and the weight as bf16 pairs when the bf16 mode is on.
@@ -96,19 +96,28 @@ impl CustomOp1 for DenseOp<'_> {
         let chunks = hw.div_ceil(DENSE_CHUNK);
         let jobs = n * chunks;
         let threads = threads().clamp(1, jobs);
-        // Threads write disjoint column ranges of `out`; the address travels as an integer.
+        // Jobs write disjoint column ranges of `out`; the address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
-        // Worker `t` takes every `threads`-th job, on rayon's pool (no thread start per call).
-        let work = |t: usize| {
-            let mut cols = vec![0f32; kk * DENSE_CHUNK];
-            let bf16 = d.bf16;
-            let mut packed = PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK);
-            let mut pairs = match bf16 {
+        let bf16 = d.bf16;
+        // Per-worker scratch: im2col columns, packed columns (f32) or bf16 pairs, output block.
+        let scratch = || {
+            let pairs = match bf16 {
                 Some(_) => super::pointwise_bf16::BlockScratch::new(kk, DENSE_CHUNK),
                 None => Default::default(),
             };
-            let mut block = vec![0f32; out_ch * LDC];
-            for job in (t..jobs).step_by(threads) {
+            (
+                vec![0f32; kk * DENSE_CHUNK],
+                PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK),
+                pairs,
+                vec![0f32; out_ch * LDC],
+            )
+        };
+        let jobs: Vec<usize> = (0..jobs).collect();
+        run_tasks_with(
+            jobs,
+            threads,
+            scratch,
+            |(cols, packed, pairs, block), job| {
                 let (b, ci) = (job / chunks, job % chunks);
                 let p0 = ci * DENSE_CHUNK;
                 let np = DENSE_CHUNK.min(hw - p0);
@@ -152,16 +161,16 @@ impl CustomOp1 for DenseOp<'_> {
                     unsafe {
                         super::pointwise_bf16::accumulate_block(
                             pw,
-                            &cols,
+                            cols,
                             np,
                             np,
-                            &mut pairs,
+                            pairs,
                             block.as_mut_ptr(),
                             LDC,
                         );
                     }
                 } else {
-                    packed.fill_columns_from_rows(&cols, np, np);
+                    packed.fill_columns_from_rows(cols, np, np);
                     // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and
                     // `block` is `out_ch x LDC` with `np <= LDC`.
                     unsafe {
@@ -169,7 +178,7 @@ impl CustomOp1 for DenseOp<'_> {
                             out_ch,
                             d.weight,
                             kk,
-                            &packed,
+                            packed,
                             0..kk,
                             0..np,
                             block.as_mut_ptr(),
@@ -179,7 +188,7 @@ impl CustomOp1 for DenseOp<'_> {
                     }
                 }
                 if let DenseEpilogue::NormGelu(norm) = self.epilogue {
-                    norm.normalize_columns(&mut block, LDC, np);
+                    norm.normalize_columns(block, LDC, np);
                 }
                 let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
                 for (o, row) in block.chunks(LDC).enumerate() {
@@ -196,18 +205,11 @@ impl CustomOp1 for DenseOp<'_> {
                         crate::kernels::gelu::gelu_slice(out);
                     }
                 }
-            }
-        };
-        let work = &work;
-        rayon::scope(|scope| {
-            for t in 1..threads {
-                scope.spawn(move |_| work(t));
-            }
-            work(0);
-        });
-        // SAFETY: the jobs `(b, chunk)` cover every image and pixel chunk (each worker takes
-        // every `threads`-th job), and each wrote all `out_ch` rows of its columns; the scope
-        // waited for every worker (a panic propagates before this line).
+            },
+        );
+        // SAFETY: the jobs `(b, chunk)` cover every image and pixel chunk, and each wrote all
+        // `out_ch` rows of its columns; `run_tasks_with` returns only after every job ran (a
+        // panic propagates before this line).
         unsafe { out.set_len(len) };
         Ok((CpuStorage::F32(out), shape))
     }
