@@ -22,8 +22,13 @@ const ROWS_PER_TASK: usize = 64;
 /// A linear layer's weight and bias, prepared for bf16 products.
 #[derive(Debug)]
 pub struct Bf16Linear {
-    /// `[in/2][out]` pairs (see the module docs), on a cache-line boundary for the tile loads.
+    /// `[in/2][out]` pairs (see the module docs), rows `stride` apart, on a cache-line boundary
+    /// for the tile loads.
     packed: AlignedPairs,
+    /// Distance between the packed rows (input pairs): `outputs`, plus one block of 16 where
+    /// rows `outputs` wide would lie a multiple of 1 KiB apart and so fall into the same few
+    /// L1 sets (a 4-block weight panel then could not stay in L1 across a task's row groups).
+    stride: usize,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
@@ -44,11 +49,16 @@ impl Bf16Linear {
             return Ok(None);
         }
         let w: Vec<f32> = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let mut packed = AlignedPairs::zeroed(inputs / 2 * outputs);
+        let stride = if outputs.is_multiple_of(256) {
+            outputs + 16
+        } else {
+            outputs
+        };
+        let mut packed = AlignedPairs::zeroed(inputs / 2 * stride);
         let pairs = packed.as_mut_slice();
         for o in 0..outputs {
             for kp in 0..inputs / 2 {
-                pairs[kp * outputs + o] = crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp])
+                pairs[kp * stride + o] = crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp])
                     | (crate::kernels::bf16::bf16_bits(w[o * inputs + 2 * kp + 1]) << 16);
             }
         }
@@ -58,6 +68,7 @@ impl Bf16Linear {
         };
         Ok(Some(Self {
             packed,
+            stride,
             bias,
             inputs,
             outputs,
@@ -179,7 +190,7 @@ mod x86 {
         b0: usize,
         out: &mut [f32],
     ) {
-        let (kpairs, n) = (l.inputs / 2, l.outputs);
+        let (kpairs, n, stride) = (l.inputs / 2, l.outputs, l.stride);
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for row in acc.iter_mut() {
             for (c, x) in row.iter_mut().enumerate() {
@@ -187,7 +198,7 @@ mod x86 {
             }
         }
         for kp in 0..kpairs {
-            let base = l.packed.as_slice().as_ptr().add(kp * n + b0 * 16);
+            let base = l.packed.as_slice().as_ptr().add(kp * stride + b0 * 16);
             let mut b = [_mm512_setzero_si512(); C];
             for (c, bc) in b.iter_mut().enumerate() {
                 *bc = _mm512_loadu_si512(base.add(c * 16).cast());
@@ -222,13 +233,14 @@ mod x86 {
                 row.copy_from_slice(&l.bias);
             }
             // SAFETY: `pairs` holds `rows x kpairs` (the first `first` rows used), the packed
-            // weight `kpairs x outputs` (`outputs` a multiple of 16, see `Bf16Linear::new`),
+            // weight `kpairs x outputs` (rows `stride` apart; `outputs` a multiple of 16, see
+            // `Bf16Linear::new`),
             // `out` `rows x outputs`; `amx::available()`.
             unsafe {
                 amx::gemm(
                     pairs.as_ptr(),
                     kpairs,
-                    amx::BMatrix::rows(l.packed.as_slice().as_ptr(), l.outputs),
+                    amx::BMatrix::rows(l.packed.as_slice().as_ptr(), l.stride),
                     out.as_mut_ptr(),
                     l.outputs,
                     (first, l.outputs, kpairs),

@@ -73,6 +73,20 @@ pub(crate) struct PackedKeys {
     /// pairs) where AMX runs the score product.
     pairs: usize,
     dv: usize,
+    /// Distance between packed value rows (key pairs): [`value_row_stride`] of `dv`.
+    v_stride: usize,
+}
+
+/// Row stride of packed values `dv` wide: `dv`, plus one block of 16 where `dv` rows would lie
+/// a multiple of 1 KiB apart. Rows that far apart fall into the same few L1 sets, so the value
+/// product's column blocks (one 64-byte line per key pair) evicted each other instead of
+/// staying in L1 across the query rows (the self-attention's 256 channels).
+fn value_row_stride(dv: usize) -> usize {
+    if dv.is_multiple_of(256) {
+        dv + 16
+    } else {
+        dv
+    }
 }
 
 /// Channel pairs of a `d`-wide key as [`PackedKeys`] stores them.
@@ -93,12 +107,13 @@ impl PackedKeys {
     /// layouts and roundings as [`pack_keys`] and [`pack_values`]).
     pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
         let pairs = packed_pairs(d);
+        let v_stride = value_row_stride(dv);
         let mut keys = vec![0u32; lk.div_ceil(16) * pairs * 16];
-        let mut values = vec![0u32; lk.div_ceil(2) * dv];
+        let mut values = vec![0u32; lk.div_ceil(2) * v_stride];
         let per = PACK_KEYS_PER_TASK;
         let tasks: Vec<(usize, &mut [u32], &mut [u32])> = keys
             .chunks_mut(per / 16 * pairs * 16)
-            .zip(values.chunks_mut(per / 2 * dv))
+            .zip(values.chunks_mut(per / 2 * v_stride))
             .enumerate()
             .map(|(t, (kc, vc))| (t * per, kc, vc))
             .collect();
@@ -113,14 +128,15 @@ impl PackedKeys {
                 // `j0..j0 + n` of `k` and `v` and their packed blocks and pairs.
                 unsafe {
                     x86::pack_keys_into(&k[j0 * d..(j0 + n) * d], n, d, pairs, rows, kc);
-                    x86::pack_values_into(&v[j0 * dv..(j0 + n) * dv], n, dv, vc);
+                    x86::pack_values_into(&v[j0 * dv..(j0 + n) * dv], n, dv, v_stride, vc);
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
                     kc.copy_from_slice(
                         &pack_keys(&k[j0 * d..(j0 + n) * d], n, d, pairs)[..kc.len()],
                     );
-                    vc.copy_from_slice(&pack_values(&v[j0 * dv..(j0 + n) * dv], n, dv)[..vc.len()]);
+                    let packed = pack_values(&v[j0 * dv..(j0 + n) * dv], n, dv, v_stride);
+                    vc.copy_from_slice(&packed[..vc.len()]);
                     let _ = rows;
                 }
             },
@@ -132,6 +148,7 @@ impl PackedKeys {
             d,
             pairs,
             dv,
+            v_stride,
         }
     }
 }
@@ -159,19 +176,20 @@ pub(crate) unsafe fn attend_groups(
     let _ = (groups, out, scratch, scale);
 }
 
-/// Values packed for the output product: for each pair of keys `jp` and block of 16 channels,
-/// 16 lanes `(v[2jp][c], v[2jp+1][c])` (lane = channel). A missing last key is zero.
+/// Values packed for the output product: for each pair of keys `jp` (rows `stride` apart) and
+/// block of 16 channels, 16 lanes `(v[2jp][c], v[2jp+1][c])` (lane = channel). A missing last
+/// key is zero, and so are the `stride - d` entries past each row.
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-fn pack_values(v: &[f32], lk: usize, d: usize) -> Vec<u32> {
+fn pack_values(v: &[f32], lk: usize, d: usize, stride: usize) -> Vec<u32> {
     let key_pairs = lk.div_ceil(2);
-    let mut out = vec![0u32; key_pairs * d];
+    let mut out = vec![0u32; key_pairs * stride];
     for jp in 0..key_pairs {
         let a = &v[2 * jp * d..(2 * jp + 1) * d];
         let b = (2 * jp + 1 < lk).then(|| &v[(2 * jp + 1) * d..(2 * jp + 2) * d]);
         for c in 0..d {
             let hi = b.map_or(0, |b| bf16_bits(b[c]));
-            // Channel block c / 16, lane c % 16: consecutive, so the index is jp * d + c.
-            out[jp * d + c] = bf16_bits(a[c]) | (hi << 16);
+            // Channel block c / 16, lane c % 16: consecutive, so the index is jp * stride + c.
+            out[jp * stride + c] = bf16_bits(a[c]) | (hi << 16);
         }
     }
     out
@@ -262,13 +280,20 @@ mod x86 {
     use crate::kernels::amx;
     use crate::kernels::bf16::{interleave_bf16, to_bf16_pairs};
 
-    /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2) x dv`).
+    /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2)` rows `stride` apart, the
+    /// entries past `dv` left as they are: zero).
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn pack_values_into(v: &[f32], n: usize, dv: usize, out: &mut [u32]) {
-        for (jp, o) in out.chunks_mut(dv).enumerate().take(n.div_ceil(2)) {
+    pub(super) unsafe fn pack_values_into(
+        v: &[f32],
+        n: usize,
+        dv: usize,
+        stride: usize,
+        out: &mut [u32],
+    ) {
+        for (jp, o) in out.chunks_mut(stride).enumerate().take(n.div_ceil(2)) {
             let a = &v[2 * jp * dv..(2 * jp + 1) * dv];
             let b = (2 * jp + 1 < n).then(|| &v[(2 * jp + 1) * dv..(2 * jp + 2) * dv]);
-            interleave_bf16(a, b, o);
+            interleave_bf16(a, b, &mut o[..dv]);
         }
     }
 
@@ -352,7 +377,7 @@ mod x86 {
     }
 
     /// `out[r][c*16 + lane] += sum_jp p[r][jp] . v[jp][block c]` for `R` rows and `C` channel
-    /// blocks starting at `block0`.
+    /// blocks starting at `block0`; value rows lie `v_stride` apart.
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn value_block<const R: usize, const C: usize>(
@@ -361,7 +386,7 @@ mod x86 {
         v_packed: &[u32],
         first_pair: usize,
         key_pairs: usize,
-        d: usize,
+        (d, v_stride): (usize, usize),
         block0: usize,
         out: &mut [f32],
     ) {
@@ -372,7 +397,9 @@ mod x86 {
             }
         }
         for jp in 0..key_pairs {
-            let base = v_packed.as_ptr().add((first_pair + jp) * d + block0 * 16);
+            let base = v_packed
+                .as_ptr()
+                .add((first_pair + jp) * v_stride + block0 * 16);
             let mut b = [_mm512_setzero_si512(); C];
             for (c, bc) in b.iter_mut().enumerate() {
                 *bc = _mm512_loadu_si512(base.add(c * 16).cast());
@@ -434,6 +461,7 @@ mod x86 {
         let rows = out.len() / dv;
         let pairs = keys.pairs;
         let blocks_d = dv / 16;
+        let widths = (dv, keys.v_stride);
         let q_pairs = &mut scratch.q_pairs[..rows * pairs];
         if d.is_multiple_of(2) && pairs == d / 2 {
             to_bf16_pairs(&q[..rows * d], q_pairs);
@@ -470,13 +498,18 @@ mod x86 {
                 );
                 r = rows;
             }
-            while r < rows {
-                let rr = (rows - r).min(4);
-                let qp = &q_pairs[r * pairs..];
-                let sr = &mut s[r * cols..];
-                let mut b = 0;
-                while b < nblocks {
-                    let bb = (nblocks - b).min(4);
+            // Key blocks outer, query rows inner: a group of four key blocks (`4 x pairs x 16`
+            // pairs) stays in L1 while every row passes over it, where rows outer streamed the
+            // whole key tile from L2 for every four rows. Each score's sum is unchanged.
+            let rows_from = r;
+            let mut b = 0;
+            while b < nblocks {
+                let bb = (nblocks - b).min(4);
+                let mut r = rows_from;
+                while r < rows {
+                    let rr = (rows - r).min(4);
+                    let qp = &q_pairs[r * pairs..];
+                    let sr = &mut s[r * cols..];
                     match (rr, bb) {
                         (4, 4) => {
                             score_block::<4, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
@@ -489,9 +522,9 @@ mod x86 {
                         }
                         _ => score_block::<1, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16),
                     }
-                    b += if bb == 4 { 4 } else { 1 };
+                    r += if rr == 4 { 4 } else { 1 };
                 }
-                r += if rr == 4 { 4 } else { 1 };
+                b += if bb == 4 { 4 } else { 1 };
             }
             online_softmax(s, cols, scale, max, sum, out, dv);
             // Probabilities to bf16 pairs (an odd last key pairs with a zero).
@@ -511,37 +544,44 @@ mod x86 {
                 amx::gemm(
                     p_pairs.as_ptr(),
                     key_pairs,
-                    amx::BMatrix::rows(v_packed.as_ptr().add(first_pair * dv), dv),
+                    amx::BMatrix::rows(
+                        v_packed.as_ptr().add(first_pair * keys.v_stride),
+                        keys.v_stride,
+                    ),
                     out.as_mut_ptr(),
                     dv,
                     (rows, dv, key_pairs),
                 );
                 r = rows;
             }
-            while r < rows {
-                let rr = (rows - r).min(4);
-                let pp = &p_pairs[r * key_pairs..];
-                let o = &mut out[r * dv..];
-                let mut c = 0;
-                while c < blocks_d {
-                    let cc = (blocks_d - c).min(4);
+            // Channel blocks outer, rows inner, as for the scores: four channel blocks of the
+            // tile's values stay in L1 while every row passes over them.
+            let rows_from = r;
+            let mut c = 0;
+            while c < blocks_d {
+                let cc = (blocks_d - c).min(4);
+                let mut r = rows_from;
+                while r < rows {
+                    let rr = (rows - r).min(4);
+                    let pp = &p_pairs[r * key_pairs..];
+                    let o = &mut out[r * dv..];
                     match (rr, cc) {
                         (4, 4) => value_block::<4, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
                         ),
                         (4, _) => value_block::<4, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
                         ),
                         (_, 4) => value_block::<1, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
                         ),
                         _ => value_block::<1, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, dv, c, o,
+                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
                         ),
                     }
-                    c += if cc == 4 { 4 } else { 1 };
+                    r += if rr == 4 { 4 } else { 1 };
                 }
-                r += if rr == 4 { 4 } else { 1 };
+                c += if cc == 4 { 4 } else { 1 };
             }
         }
     }
@@ -595,6 +635,47 @@ mod tests {
         Ok(())
     }
 
+    /// Counted GFLOP/s of the bf16 and exact kernels on the memory self-attention's shapes
+    /// (one head of 256 channels; 1024 and 4096 frame tokens):
+    /// `cargo test --release -p edgetam-tracker --lib attention::bf16::tests::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn speed() -> Result<()> {
+        if !cpu::bf16() {
+            return Ok(());
+        }
+        let dev = Device::Cpu;
+        for l in [1024usize, 4096] {
+            let d = 256;
+            let q = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
+            let k = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
+            let v = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
+            let flop = 4.0 * (l * l * d) as f64;
+            let (mut fast, mut exact) = (Vec::new(), Vec::new());
+            for _ in 0..7 {
+                let t = std::time::Instant::now();
+                scaled_dot_product_bf16(&q, &k, &v, 0.0625)?;
+                fast.push(t.elapsed().as_secs_f64());
+                let t = std::time::Instant::now();
+                crate::kernels::attention::scaled_dot_product(&q, &k, &v, 0.0625)?;
+                exact.push(t.elapsed().as_secs_f64());
+            }
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let (f, e) = (median(&mut fast), median(&mut exact));
+            println!(
+                "{l}x{l}, d {d}: bf16 {:.2} ms ({:.0} GFLOP/s), f32 {:.2} ms ({:.0} GFLOP/s)",
+                f * 1e3,
+                flop / f / 1e9,
+                e * 1e3,
+                flop / e / 1e9
+            );
+        }
+        Ok(())
+    }
+
     /// The threaded vector packing equals the scalar definitions, for odd key counts and
     /// widths and more keys than one packing task.
     #[test]
@@ -616,7 +697,12 @@ mod tests {
                 pack_keys(&k, lk, d, packed_pairs(d)),
                 "keys {lk}x{d}"
             );
-            assert_eq!(p.values, pack_values(&v, lk, dv), "values {lk}x{dv}");
+            let stride = value_row_stride(dv);
+            assert_eq!(
+                p.values,
+                pack_values(&v, lk, dv, stride),
+                "values {lk}x{dv}"
+            );
         }
     }
 
@@ -633,7 +719,7 @@ mod tests {
         assert_eq!(p[16], pair(3.0, 4.0)); // p=1, key 0
                                            // Three values of width 2 (odd key count): pairs (v0, v1), (v2, 0).
         let v = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let p = pack_values(&v, 3, 2);
+        let p = pack_values(&v, 3, 2, 2);
         assert_eq!(
             p,
             vec![
