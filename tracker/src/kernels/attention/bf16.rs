@@ -13,7 +13,7 @@
 use candle_core::{DType, Result, Shape, Tensor};
 
 use crate::kernels::amx;
-use crate::kernels::attention::{online_softmax, TILE_K, TILE_Q};
+use crate::kernels::attention::{TILE_K, TILE_Q};
 use crate::kernels::bf16::bf16_bits;
 use crate::kernels::cpu;
 use crate::kernels::{run_tasks_with, threads, CpuOp3, Op3, Operand};
@@ -276,9 +276,140 @@ impl Scratch {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{online_softmax, PackedKeys, Scratch, TILE_K};
+    use super::{PackedKeys, Scratch, TILE_K};
     use crate::kernels::amx;
-    use crate::kernels::bf16::{interleave_bf16, to_bf16_pairs};
+    use crate::kernels::attention::exp_neg;
+    use crate::kernels::bf16::{bf16_bits, interleave_bf16, to_bf16_pairs};
+
+    /// [`exp_neg`] on 16 lanes: the same operations in the same order (so the same bits; the
+    /// tests compare the two).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp_neg16(x: __m512) -> __m512 {
+        const ROUND: f32 = 12_582_912.0;
+        let round = _mm512_set1_ps(ROUND);
+        // `x.max(-87.0)`: a NaN lane takes -87 there; `vmaxps` returns its second operand
+        // when either is NaN.
+        let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
+        let n = _mm512_sub_ps(
+            _mm512_fmadd_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E), round),
+            round,
+        );
+        let neg_n = _mm512_sub_ps(_mm512_setzero_ps(), n);
+        let r = _mm512_fmadd_ps(
+            neg_n,
+            _mm512_set1_ps(-2.121_944_4e-4),
+            _mm512_fmadd_ps(neg_n, _mm512_set1_ps(0.693_359_4), x),
+        );
+        let mut p = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            0.5,
+        ] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let p = _mm512_fmadd_ps(
+            _mm512_mul_ps(p, r),
+            r,
+            _mm512_add_ps(r, _mm512_set1_ps(1.0)),
+        );
+        let biased = _mm512_sub_epi32(
+            _mm512_castps_si512(_mm512_add_ps(n, _mm512_set1_ps(ROUND + 127.0))),
+            _mm512_castps_si512(round),
+        );
+        _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32::<23>(biased)))
+    }
+
+    /// `exp(x * scale - m)` of the 16 scores at `x`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn probabilities16(x: *const f32, scale: __m512, m: __m512) -> __m512 {
+        exp_neg16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(x), scale), m))
+    }
+
+    /// [`crate::kernels::attention::online_softmax`] followed by the rounding of the
+    /// probabilities to bf16 pairs, in two passes over each score row instead of four: the
+    /// maximum of the scaled scores (read only), then per 32 scores their exponentials, the
+    /// lane sums and the bf16 pairs, without writing the f32 probabilities back. Same
+    /// operations in the same order per value (scale, maximum, `exp_neg(x - m)`, 16 lane sums
+    /// plus the remainder's, round to nearest even), so the same bits as the two steps.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn softmax_to_pairs(
+        s: &mut [f32],
+        cols: usize,
+        scale: f32,
+        (max, sum): (&mut [f32], &mut [f32]),
+        out: &mut [f32],
+        dv: usize,
+        p_pairs: &mut [u32],
+    ) {
+        let key_pairs = cols.div_ceil(2);
+        let vscale = _mm512_set1_ps(scale);
+        let full = cols / 16 * 16;
+        let paired = cols / 32 * 32;
+        for (r, row) in s.chunks_exact_mut(cols).enumerate() {
+            let pairs = &mut p_pairs[r * key_pairs..(r + 1) * key_pairs];
+            let mut lanes = _mm512_set1_ps(f32::NEG_INFINITY);
+            for c in (0..full).step_by(16) {
+                let x = _mm512_mul_ps(_mm512_loadu_ps(row.as_ptr().add(c)), vscale);
+                lanes = _mm512_max_ps(x, lanes);
+            }
+            let mut m = max[r];
+            for x in &mut row[full..] {
+                *x *= scale;
+                m = m.max(*x);
+            }
+            let mut lane_max = [0f32; 16];
+            _mm512_storeu_ps(lane_max.as_mut_ptr(), lanes);
+            m = lane_max.iter().fold(m, |a, &b| a.max(b));
+            let vm = _mm512_set1_ps(m);
+            let mut sums = _mm512_setzero_ps();
+            for c in (0..paired).step_by(32) {
+                let lo = probabilities16(row.as_ptr().add(c), vscale, vm);
+                let hi = probabilities16(row.as_ptr().add(c + 16), vscale, vm);
+                sums = _mm512_add_ps(sums, lo);
+                sums = _mm512_add_ps(sums, hi);
+                _mm512_storeu_si512(
+                    pairs.as_mut_ptr().add(c / 2).cast(),
+                    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo)),
+                );
+            }
+            if full > paired {
+                let lo = probabilities16(row.as_ptr().add(paired), vscale, vm);
+                sums = _mm512_add_ps(sums, lo);
+                _mm512_storeu_ps(row.as_mut_ptr().add(paired), lo);
+            }
+            let mut total = 0f32;
+            for x in &mut row[full..] {
+                *x = exp_neg(*x - m);
+                total += *x;
+            }
+            let mut lane_sums = [0f32; 16];
+            _mm512_storeu_ps(lane_sums.as_mut_ptr(), sums);
+            total += lane_sums.iter().sum::<f32>();
+            // The keys past the last whole 32: one pair at a time, as `to_bf16_pairs` does.
+            let mut i = paired;
+            while i < cols {
+                let b = row.get(i + 1).copied().unwrap_or(0.0);
+                pairs[i / 2] = bf16_bits(row[i]) | (bf16_bits(b) << 16);
+                i += 2;
+            }
+            let old = max[r];
+            if m > old {
+                // Rescale what was accumulated under the previous maximum (0 on the first tile).
+                let alpha = exp_neg(old - m);
+                sum[r] *= alpha;
+                out[r * dv..(r + 1) * dv]
+                    .iter_mut()
+                    .for_each(|o| *o *= alpha);
+                max[r] = m;
+            }
+            sum[r] += total;
+        }
+    }
 
     /// [`super::pack_values`] of `n` keys into `out` (`ceil(n/2)` rows `stride` apart, the
     /// entries past `dv` left as they are: zero).
@@ -526,16 +657,11 @@ mod x86 {
                 }
                 b += if bb == 4 { 4 } else { 1 };
             }
-            online_softmax(s, cols, scale, max, sum, out, dv);
-            // Probabilities to bf16 pairs (an odd last key pairs with a zero).
+            // The online softmax step, its probabilities written straight as bf16 pairs (an
+            // odd last key pairs with a zero).
             let key_pairs = cols.div_ceil(2);
             let p_pairs = &mut scratch.p_pairs[..rows * key_pairs];
-            for rr in 0..rows {
-                to_bf16_pairs(
-                    &s[rr * cols..(rr + 1) * cols],
-                    &mut p_pairs[rr * key_pairs..(rr + 1) * key_pairs],
-                );
-            }
+            softmax_to_pairs(s, cols, scale, (max, sum), out, dv, p_pairs);
             let first_pair = k0 / 2;
             let mut r = 0;
             if tiles && key_pairs.is_multiple_of(amx::TILE) && dv.is_multiple_of(amx::TILE) {
@@ -674,6 +800,87 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    /// The fused softmax step with its bf16 rounding gives the same bits as the online softmax
+    /// followed by `to_bf16_pairs`: whole and partial 32- and 16-score chunks, an odd count,
+    /// and a second tile whose larger scores rescale the first's accumulators.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fused_softmax_step_equals_the_two_steps() {
+        if !cpu::bf16() {
+            return;
+        }
+        let rows = 5;
+        let dv = 16;
+        for cols in [256usize, 64, 48, 33, 17, 1] {
+            let key_pairs = cols.div_ceil(2);
+            let (mut max_a, mut sum_a) = (vec![f32::NEG_INFINITY; rows], vec![0f32; rows]);
+            let (mut max_b, mut sum_b) = (max_a.clone(), sum_a.clone());
+            let mut out_a: Vec<f32> = (0..rows * dv).map(|i| (i as f32 * 0.3).cos()).collect();
+            let mut out_b = out_a.clone();
+            for (tile, amp) in [(0u32, 3.0f32), (1, 9.0)] {
+                let scores: Vec<f32> = (0..rows * cols)
+                    .map(|i| ((i as f32 + tile as f32 * 7.1) * 0.77).sin() * amp)
+                    .collect();
+                let mut s_a = scores.clone();
+                crate::kernels::attention::online_softmax(
+                    &mut s_a, cols, 0.0625, &mut max_a, &mut sum_a, &mut out_a, dv,
+                );
+                let mut pairs_a = vec![0u32; rows * key_pairs];
+                for r in 0..rows {
+                    // SAFETY: AVX512-BF16 checked above; both slices hold one row.
+                    unsafe {
+                        crate::kernels::bf16::to_bf16_pairs(
+                            &s_a[r * cols..(r + 1) * cols],
+                            &mut pairs_a[r * key_pairs..(r + 1) * key_pairs],
+                        )
+                    };
+                }
+                let mut s_b = scores;
+                let mut pairs_b = vec![0u32; rows * key_pairs];
+                // SAFETY: AVX512-BF16 checked above; `rows x cols` scores, `rows x dv`
+                // accumulators and `rows x key_pairs` pairs.
+                unsafe {
+                    x86::softmax_to_pairs(
+                        &mut s_b,
+                        cols,
+                        0.0625,
+                        (&mut max_b, &mut sum_b),
+                        &mut out_b,
+                        dv,
+                        &mut pairs_b,
+                    )
+                };
+                assert_eq!(pairs_a, pairs_b, "{cols} keys, tile {tile}: probabilities");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&max_a), bits(&max_b), "{cols} keys: maxima");
+                assert_eq!(bits(&sum_a), bits(&sum_b), "{cols} keys: sums");
+                assert_eq!(
+                    bits(&out_a),
+                    bits(&out_b),
+                    "{cols} keys: rescaled accumulators"
+                );
+            }
+        }
+        // The 16-lane exponential against the scalar one, bit for bit, over its whole range.
+        for i in 0..20_000 {
+            let x = [
+                -(i as f32) * 0.0047,
+                -(i as f32) * 1.3e-6,
+                -100.0 - i as f32,
+            ];
+            for x in x {
+                let mut lanes = [0f32; 16];
+                // SAFETY: AVX512-BF16 (hence AVX-512F) checked above.
+                unsafe {
+                    use std::arch::x86_64::*;
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), x86::exp_neg16(_mm512_set1_ps(x)));
+                }
+                let want = crate::kernels::attention::exp_neg(x);
+                assert_eq!(lanes[3].to_bits(), want.to_bits(), "exp({x})");
+            }
+        }
     }
 
     /// The threaded vector packing equals the scalar definitions, for odd key counts and
