@@ -847,6 +847,84 @@ mod profile {
         }
         Ok(())
     }
+    /// Wall time per step of the folded cross-attention (one object, 7 memories, 16 pointers;
+    /// `EDGETAM_PROFILE_BF16=1` for the bf16 mode):
+    /// `cargo test --release -p edgetam-tracker --lib memory_attention::profile::folded_steps -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn folded_steps() -> Result<()> {
+        let (att, x, memory, key, layout) = setup()?;
+        let (q_rope, k_rope) = (&att.query_rope, &att.key_rope);
+        let a = &att.layers[0].cross_attn_image;
+        let (p, folded) = (
+            &a.proj,
+            a.folded.as_ref().ok_or_else(|| invalid("no fold".into()))?,
+        );
+        let mut acc: std::collections::BTreeMap<&str, f64> = Default::default();
+        let rounds = 6;
+        for round in 0..rounds {
+            let mut t = |name: &'static str, f: &mut dyn FnMut() -> Result<Tensor>| {
+                let t0 = std::time::Instant::now();
+                let y = f()?;
+                if round > 0 {
+                    *acc.entry(name).or_default() +=
+                        t0.elapsed().as_secs_f64() * 1e3 / (rounds - 1) as f64;
+                }
+                Ok::<_, Error>(y)
+            };
+            let total = std::time::Instant::now();
+            let (b, lk, _) = key.dims3()?;
+            let (rotated, unrotated) = layout.split(lk, k_rope.len())?;
+            let dev = key.device();
+            let index = |i: &[u32]| Tensor::from_slice(i, i.len(), dev);
+            let (rot_idx, low_idx) = (index(&rotated)?, index(&unrotated)?);
+            let kr = t("keys: select", &mut || Ok(key.index_select(&rot_idx, 1)?))?;
+            let kr = t("keys: project", &mut || Ok(p.keys(&kr)?))?;
+            let layout1 = KeyLayout {
+                num_excluded: 0,
+                num_memories: layout.num_memories,
+            };
+            let k_rot = t("keys: rope", &mut || {
+                Ok(rotate_memory_keys(&kr, k_rope, layout1)?.squeeze(1)?)
+            })?;
+            let k_low = t("keys: low + ones", &mut || {
+                let ones = Tensor::ones((b, unrotated.len(), 1), DType::F32, dev)?;
+                Ok(Tensor::cat(&[key.index_select(&low_idx, 1)?, ones], 2)?)
+            })?;
+            let values = t("values: reorder", &mut || {
+                let order = index(&[rotated.clone(), unrotated.clone()].concat())?;
+                Ok(memory.index_select(&order, 1)?)
+            })?;
+            let q = t("queries: project", &mut || Ok(p.queries(&x)?))?;
+            let q = t("queries: rope", &mut || {
+                Ok(q_rope.apply(&q)?.squeeze(1)?.contiguous()?)
+            })?;
+            let q_low = t("queries: low", &mut || {
+                folded.low_queries(&q).map_err(Into::into)
+            })?;
+            let attend = if p.bf16_products {
+                split_key_attention_bf16
+            } else {
+                split_key_attention
+            };
+            let avg = t("split-key attention", &mut || {
+                Ok(attend(&q, &q_low, &k_rot, &k_low, &values, p.scaling())?)
+            })?;
+            t("output", &mut || folded.output(&avg).map_err(Into::into))?;
+            let steps = total.elapsed().as_secs_f64() * 1e3 / (rounds - 1) as f64;
+            t("(forward_folded)", &mut || {
+                a.forward_folded(folded, &x, &key, &memory, q_rope, k_rope, layout)
+            })?;
+            if round > 0 {
+                *acc.entry("(total of the steps)").or_default() += steps;
+            }
+        }
+        for (k, v) in &acc {
+            println!("{k:28} {v:7.2} ms");
+        }
+        Ok(())
+    }
+
     /// Wall time per step of the path a tracked frame runs (one object, 7 memories, 16
     /// pointers, folded cross-attention, residual adds fused into the norms), `EDGETAM_PROFILE_BF16=1`
     /// for the bf16 mode:
