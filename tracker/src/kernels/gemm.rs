@@ -28,11 +28,26 @@ const NC: usize = NR * PANELS_PER_GROUP;
 
 /// A right-hand side `B` (`k x n`) packed in panels of [`NR`] columns: panel `p` holds rows
 /// `0..k`, each `NR` floats (columns `p*NR..p*NR+NR`, zero-padded past `n`).
-#[derive(Debug, Clone, Default)]
+///
+/// The panels start on a cache line (the buffer is over-allocated and offset): heap buffers are
+/// 16-byte aligned, and a kernel's 64-byte panel loads then each touched two lines.
+#[derive(Debug, Default)]
 pub struct PackedB {
-    data: Vec<f32>,
+    buf: Vec<f32>,
+    /// Index of the first float of the panels in `buf` (on a 64-byte boundary).
+    offset: usize,
+    len: usize,
     k: usize,
     n: usize,
+}
+
+impl Clone for PackedB {
+    /// A copy on a cache line of its own.
+    fn clone(&self) -> Self {
+        let mut copy = Self::zeroed(self.k, self.n);
+        copy.data_mut().copy_from_slice(self.data());
+        copy
+    }
 }
 
 impl PackedB {
@@ -53,18 +68,32 @@ impl PackedB {
 
     /// A zeroed buffer for `k x n`, to be filled in place later (per-worker scratch).
     pub fn zeroed(k: usize, n: usize) -> Self {
+        let len = n.div_ceil(NR) * k * NR;
+        let buf = vec![0.0; len + 16];
+        let offset = buf.as_ptr().align_offset(64).min(15);
         Self {
-            data: vec![0.0; n.div_ceil(NR) * k * NR],
+            buf,
+            offset,
+            len,
             k,
             n,
         }
+    }
+
+    /// The packed panels.
+    fn data(&self) -> &[f32] {
+        &self.buf[self.offset..self.offset + self.len]
+    }
+
+    fn data_mut(&mut self) -> &mut [f32] {
+        &mut self.buf[self.offset..self.offset + self.len]
     }
 
     /// Packs the first `n` columns of a row-major `k x n` matrix into a buffer made for at
     /// least `n` columns (its `k` rows), in place.
     pub fn fill_columns_from_rows(&mut self, b: &[f32], ldb: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            n.div_ceil(NR) * self.k * NR <= self.len,
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -75,7 +104,7 @@ impl PackedB {
     pub fn fill_from_rows(&mut self, b: &[f32], ldb: usize) {
         let (k, n) = (self.k, self.n);
         for (p, panel) in self
-            .data
+            .data_mut()
             .chunks_mut(k * NR)
             .take(n.div_ceil(NR))
             .enumerate()
@@ -104,7 +133,7 @@ impl PackedB {
     /// for at least `n` columns (per-worker scratch, like [`Self::fill_columns_from_rows`]).
     pub fn fill_columns_from_transposed(&mut self, bt: &[f32], ldbt: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            n.div_ceil(NR) * self.k * NR <= self.len,
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -115,7 +144,7 @@ impl PackedB {
     pub fn fill_from_transposed(&mut self, bt: &[f32], ldbt: usize) {
         let (k, n) = (self.k, self.n);
         for (p, panel) in self
-            .data
+            .data_mut()
             .chunks_mut(k * NR)
             .take(n.div_ceil(NR))
             .enumerate()
@@ -328,7 +357,7 @@ unsafe fn portable(
     let n = n_range.len();
     for (pi, j0) in (0..n).step_by(NR).enumerate() {
         let w = NR.min(n - j0);
-        let panel = &b.data[((n_range.start / NR + pi) * b.k + k_range.start) * NR..][..k * NR];
+        let panel = &b.data()[((n_range.start / NR + pi) * b.k + k_range.start) * NR..][..k * NR];
         // SAFETY: `a` is `m x k` with row stride `lda`, the panel `k x w` with row stride NR, `c`
         // `m x w` at column `j0` with row stride `ldc`; the caller bounds them.
         unsafe {
@@ -425,7 +454,7 @@ mod avx512 {
                         let j0 = pi * NR;
                         let w = NR.min(n - j0);
                         let panel = b
-                            .data
+                            .data()
                             .as_ptr()
                             .add(((p0 + pi) * b.k + k_range.start + kb) * NR);
                         let ap = a.add(r * lda + kb);

@@ -12,7 +12,7 @@
 
 use candle_core::{DType, Result, Shape, Tensor};
 
-use crate::kernels::amx;
+use crate::kernels::amx::{self, AlignedPairs};
 use crate::kernels::attention::{TILE_K, TILE_Q};
 use crate::kernels::bf16::bf16_bits;
 use crate::kernels::cpu;
@@ -65,8 +65,10 @@ fn pack_keys(k: &[f32], lk: usize, d: usize, pairs: usize) -> Vec<u32> {
 /// (any width: an odd one is padded with a zero channel) and values of width `dv` (a multiple
 /// of 16).
 pub(crate) struct PackedKeys {
-    keys: Vec<u32>,
-    values: Vec<u32>,
+    /// On cache-line boundaries, as the blocks and rows in them: unaligned, every 64-byte
+    /// load of the products touched two lines.
+    keys: AlignedPairs,
+    values: AlignedPairs,
     lk: usize,
     d: usize,
     /// Channel pairs per key as packed: `ceil(d/2)`, rounded up to whole AMX tiles (zero
@@ -108,12 +110,13 @@ impl PackedKeys {
     pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
         let pairs = packed_pairs(d);
         let v_stride = value_row_stride(dv);
-        let mut keys = vec![0u32; lk.div_ceil(16) * pairs * 16];
-        let mut values = vec![0u32; lk.div_ceil(2) * v_stride];
+        let mut keys = AlignedPairs::zeroed(lk.div_ceil(16) * pairs * 16);
+        let mut values = AlignedPairs::zeroed(lk.div_ceil(2) * v_stride);
         let per = PACK_KEYS_PER_TASK;
         let tasks: Vec<(usize, &mut [u32], &mut [u32])> = keys
+            .as_mut_slice()
             .chunks_mut(per / 16 * pairs * 16)
-            .zip(values.chunks_mut(per / 2 * v_stride))
+            .zip(values.as_mut_slice().chunks_mut(per / 2 * v_stride))
             .enumerate()
             .map(|(t, (kc, vc))| (t * per, kc, vc))
             .collect();
@@ -588,7 +591,7 @@ mod x86 {
         scale: f32,
     ) {
         let (lk, d, dv) = (keys.lk, keys.d, keys.dv);
-        let (k_packed, v_packed) = (&keys.keys[..], &keys.values[..]);
+        let (k_packed, v_packed) = (keys.keys.as_slice(), keys.values.as_slice());
         let rows = out.len() / dv;
         let pairs = keys.pairs;
         let blocks_d = dv / 16;
@@ -900,13 +903,13 @@ mod tests {
             let v: Vec<f32> = (0..lk * dv).map(|i| (i as f32 * 0.11).cos()).collect();
             let p = PackedKeys::new(&k, &v, lk, d, dv);
             assert_eq!(
-                p.keys,
+                p.keys.as_slice(),
                 pack_keys(&k, lk, d, packed_pairs(d)),
                 "keys {lk}x{d}"
             );
             let stride = value_row_stride(dv);
             assert_eq!(
-                p.values,
+                p.values.as_slice(),
                 pack_values(&v, lk, dv, stride),
                 "values {lk}x{dv}"
             );
