@@ -100,6 +100,16 @@ impl PackedB {
         self.fill_from_rows(b, ldb);
     }
 
+    /// The panels of the first `n` columns (`n` at most what the buffer was made for), to be
+    /// written in place as `ceil(n / NR)` row-major `k x NR` blocks, one after the other: a
+    /// product can write its result straight into the layout the next product reads.
+    pub(crate) fn panels_mut(&mut self, n: usize) -> &mut [f32] {
+        let len = n.div_ceil(NR) * self.k * NR;
+        assert!(len <= self.len, "PackedB: {n} columns exceed the buffer");
+        self.n = n;
+        &mut self.data_mut()[..len]
+    }
+
     /// Re-packs a row-major `k x n` matrix (this buffer's shape) in place (no allocation).
     pub fn fill_from_rows(&mut self, b: &[f32], ldb: usize) {
         let (k, n) = (self.k, self.n);

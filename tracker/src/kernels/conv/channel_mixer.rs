@@ -21,7 +21,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::{accumulate_block, BlockScratch, PackedWeight};
 use crate::kernels::gelu::gelu_slice;
-use crate::kernels::gemm::{packed_unchecked, PackedB};
+use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// Pixels per task: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
@@ -111,6 +111,30 @@ impl ChannelMixer<'_> {
     }
 }
 
+impl ChannelMixer<'_> {
+    /// `out (rows ld_out apart) += W2 h` for the hidden block of `w` pixels: in the exact mode
+    /// `h` is already packed (`conv1` wrote into its panels), in the bf16 mode `hidden` holds it
+    /// row-major (`hid x w`).
+    ///
+    /// # Safety
+    /// As [`Self::product`], with `hidden` / `h` holding the block's `hid` rows.
+    unsafe fn second_product(
+        &self,
+        (h, pairs): (&mut PackedB, &mut BlockScratch),
+        hidden: &[f32],
+        w: usize,
+        out: *mut f32,
+    ) {
+        let hid = self.b1.len();
+        match self.bf16 {
+            Some(_) => unsafe { self.product(false, hid, (h, pairs), hidden, w, w, out, w) },
+            None => unsafe {
+                packed_unchecked(self.b2.len(), self.w2, hid, h, 0..hid, 0..w, out, w, true)
+            },
+        }
+    }
+}
+
 impl CustomOp2 for ChannelMixer<'_> {
     fn name(&self) -> &'static str {
         "conv-mlp-residual"
@@ -184,7 +208,8 @@ impl CustomOp2 for ChannelMixer<'_> {
             || Scratch {
                 // The exact products' packed blocks (the bf16 ones pack into `pairs`).
                 x: PackedB::zeroed(if self.bf16.is_some() { 0 } else { c }, COLS),
-                hidden: vec![0f32; hid * COLS],
+                // Only the bf16 products read the hidden block row-major.
+                hidden: vec![0f32; if self.bf16.is_some() { hid * COLS } else { 0 }],
                 h: PackedB::zeroed(if self.bf16.is_some() { 0 } else { hid }, COLS),
                 y: vec![0f32; co * COLS],
                 t: vec![
@@ -235,17 +260,49 @@ impl CustomOp2 for ChannelMixer<'_> {
                     } else {
                         &img[j0..]
                     };
-                    let hidden = &mut s.hidden[..hid * w];
-                    for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
-                        row.fill(bias);
+                    if self.bf16.is_some() {
+                        let hidden = &mut s.hidden[..hid * w];
+                        for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
+                            row.fill(bias);
+                        }
+                        // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`);
+                        // `src` holds the `c` input planes `ld` apart from the block's first
+                        // pixel.
+                        unsafe {
+                            let out = hidden.as_mut_ptr();
+                            self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
+                        }
+                        gelu_slice(hidden);
+                    } else {
+                        // Exact: `conv1` writes each 32-pixel panel of the hidden block straight
+                        // into the packed layout `conv2` reads (no row-major block and repack);
+                        // the same sums and GELU per value.
+                        s.x.fill_columns_from_rows(src, ld, w);
+                        let panels = s.h.panels_mut(w);
+                        for (p, panel) in panels.chunks_mut(hid * NR).enumerate() {
+                            for (row, &bias) in panel.chunks_mut(NR).zip(self.b1) {
+                                row.fill(bias);
+                            }
+                            let cols = p * NR..(p * NR + NR).min(w);
+                            // SAFETY: `w1` is `hid x c`, the packed input `c x w` with `cols`
+                            // inside it, `panel` a `hid x NR` block (row stride `NR`).
+                            unsafe {
+                                packed_unchecked(
+                                    hid,
+                                    self.w1,
+                                    c,
+                                    &s.x,
+                                    0..c,
+                                    cols,
+                                    panel.as_mut_ptr(),
+                                    NR,
+                                    true,
+                                );
+                            }
+                        }
+                        gelu_slice(panels);
                     }
-                    // SAFETY: `hidden` is this worker's `hid x w` block (row stride `w`); `src`
-                    // holds the `c` input planes `ld` apart from the block's first pixel.
-                    unsafe {
-                        let out = hidden.as_mut_ptr();
-                        self.product(true, c, (&mut s.x, &mut s.pairs), src, ld, w, out, w);
-                    }
-                    gelu_slice(hidden);
+                    let hidden = &s.hidden[..if self.bf16.is_some() { hid * w } else { 0 }];
                     let dst = (out_addr as *mut f32).wrapping_add(b * co * hw + j0);
                     let r = res;
                     // SAFETY: `dst` addresses pixels `j0..j0 + w` of image `b`'s `co x hw` output
@@ -264,16 +321,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                                     }
                                 }
                                 let out = y.as_mut_ptr();
-                                self.product(
-                                    false,
-                                    hid,
-                                    (&mut s.h, &mut s.pairs),
-                                    hidden,
-                                    w,
-                                    w,
-                                    out,
-                                    w,
-                                );
+                                self.second_product((&mut s.h, &mut s.pairs), hidden, w, out);
                                 for (o, yr) in y.chunks(w).enumerate() {
                                     let row = crate::kernels::uninit_row(dst.add(o * hw), w);
                                     for (v, &yv) in row.iter_mut().zip(yr) {
@@ -287,16 +335,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                                     row.fill(bias);
                                 }
                                 let out = y.as_mut_ptr();
-                                self.product(
-                                    false,
-                                    hid,
-                                    (&mut s.h, &mut s.pairs),
-                                    hidden,
-                                    w,
-                                    w,
-                                    out,
-                                    w,
-                                );
+                                self.second_product((&mut s.h, &mut s.pairs), hidden, w, out);
                                 for (o, (yr, &g)) in y.chunks(w).zip(scale).enumerate() {
                                     let row = crate::kernels::uninit_row(dst.add(o * hw), w);
                                     let rr = &r[o * ld + r0..][..w];
