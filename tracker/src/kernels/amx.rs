@@ -123,11 +123,21 @@ pub(crate) unsafe fn gemm_split(
 
 /// A `Vec<u32>` whose first element sits on a 64-byte boundary (a cache line, and a tile
 /// row): tile loads of unaligned rows touch two lines per row.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct AlignedPairs {
     buf: Vec<u32>,
     offset: usize,
     len: usize,
+}
+
+impl Clone for AlignedPairs {
+    /// A copy on a cache line of its own (a cloned `Vec` lands elsewhere, so the original's
+    /// offset would not align it).
+    fn clone(&self) -> Self {
+        let mut copy = Self::zeroed(self.len);
+        copy.as_mut_slice().copy_from_slice(self.as_slice());
+        copy
+    }
 }
 
 impl AlignedPairs {
@@ -357,6 +367,24 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Aligned buffers and their clones start on a cache line and hold the same values.
+    #[test]
+    fn aligned_pairs_and_clones_start_on_a_cache_line() {
+        for len in [1usize, 17, 1000, 70_000] {
+            let mut a = AlignedPairs::zeroed(len);
+            a.as_mut_slice()
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = i as u32);
+            let b = a.clone();
+            for p in [&a, &b] {
+                assert_eq!(p.as_slice().as_ptr() as usize % 64, 0, "{len}");
+                assert_eq!(p.len(), len);
+            }
+            assert_eq!(a.as_slice(), b.as_slice());
+        }
+    }
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u32) -> Vec<f32> {

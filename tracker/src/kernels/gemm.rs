@@ -572,6 +572,20 @@ mod tests {
         c
     }
 
+    /// Packed panels and their clones start on a cache line and hold the same values.
+    #[test]
+    fn panels_start_on_a_cache_line() {
+        for (k, n) in [(1usize, 1usize), (48, 64), (256, 4096)] {
+            let b = data(k * n, 9);
+            let p = PackedB::from_rows(&b, k, n, n);
+            let q = p.clone();
+            for x in [&p, &q] {
+                assert_eq!(x.data().as_ptr() as usize % 64, 0, "{k}x{n}");
+            }
+            assert_eq!(p.data(), q.data());
+        }
+    }
+
     #[test]
     fn matches_naive_on_odd_shapes() {
         for &(m, n, k) in &[
