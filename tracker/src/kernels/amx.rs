@@ -121,16 +121,19 @@ pub(crate) unsafe fn gemm_split(
     unsafe { products(&terms, lda, b_head, c, ldc, (m, n, kp)) }
 }
 
-/// A `Vec<u32>` whose first element sits on a 64-byte boundary (a cache line, and a tile
-/// row): tile loads of unaligned rows touch two lines per row.
+/// A buffer whose first element sits on a 64-byte boundary (a cache line, and a tile row):
+/// heap buffers are only 16-byte aligned, and 64-byte loads of unaligned rows touch two lines.
 #[derive(Debug, Default)]
-pub(crate) struct AlignedPairs {
-    buf: Vec<u32>,
+pub(crate) struct Aligned<T> {
+    buf: Vec<T>,
     offset: usize,
     len: usize,
 }
 
-impl Clone for AlignedPairs {
+/// bf16 pairs on a cache line (packed weights, keys, values, inputs).
+pub(crate) type AlignedPairs = Aligned<u32>;
+
+impl<T: Copy + Default> Clone for Aligned<T> {
     /// A copy on a cache line of its own (a cloned `Vec` lands elsewhere, so the original's
     /// offset would not align it).
     fn clone(&self) -> Self {
@@ -140,19 +143,21 @@ impl Clone for AlignedPairs {
     }
 }
 
-impl AlignedPairs {
-    /// `len` zeros.
+impl<T: Copy + Default> Aligned<T> {
+    /// `len` zeros (`T::default()`).
     pub(crate) fn zeroed(len: usize) -> Self {
-        let buf = vec![0u32; len + 16];
-        let offset = buf.as_ptr().align_offset(64).min(15);
+        // One cache line of slack: the first aligned element is at most 64 bytes in.
+        let slack = 64 / std::mem::size_of::<T>().max(1);
+        let buf = vec![T::default(); len + slack];
+        let offset = buf.as_ptr().align_offset(64).min(slack);
         Self { buf, offset, len }
     }
 
-    pub(crate) fn as_slice(&self) -> &[u32] {
+    pub(crate) fn as_slice(&self) -> &[T] {
         &self.buf[self.offset..self.offset + self.len]
     }
 
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u32] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         &mut self.buf[self.offset..self.offset + self.len]
     }
 

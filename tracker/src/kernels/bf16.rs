@@ -10,12 +10,35 @@ pub(crate) fn bf16_bits(x: f32) -> u32 {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{interleave_bf16, interleave_bf16_split, to_bf16_pairs};
 
+/// Visits the register tiles of a `rows x blocks` product, blocks outer and rows inner (a group
+/// of blocks stays in L1 while every row passes over it): `f(r, four_rows, b, four_blocks)` for
+/// tiles of 4 rows x 4 blocks where they fit, single rows and blocks at the edges.
+#[inline(always)]
+pub(crate) fn for_each_tile(
+    rows: std::ops::Range<usize>,
+    blocks: usize,
+    mut f: impl FnMut(usize, bool, usize, bool),
+) {
+    let mut b = 0;
+    while b < blocks {
+        let four_blocks = blocks - b >= 4;
+        let mut r = rows.start;
+        while r < rows.end {
+            let four_rows = rows.end - r >= 4;
+            f(r, four_rows, b, four_blocks);
+            r += if four_rows { 4 } else { 1 };
+        }
+        b += if four_blocks { 4 } else { 1 };
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// `n` f32 at `src` -> `n` bf16 at `dst` (as `n / 2` pairs), `n` a multiple of 2; the tail
-    /// past the last multiple of 32 is converted one pair at a time with the same rounding.
+    /// `n` f32 at `src` -> `n` bf16 at `dst` (as `ceil(n / 2)` pairs, an odd last value paired
+    /// with a zero); the tail past the last multiple of 32 is converted one pair at a time with
+    /// the same rounding.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(crate) unsafe fn to_bf16_pairs(src: &[f32], dst: &mut [u32]) {
         let n = src.len();

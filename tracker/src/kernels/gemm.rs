@@ -13,6 +13,8 @@
 //! order differs from other kernels, which is float noise. CPUs without AVX-512F take the
 //! `gemm` crate (same results within float noise).
 
+use crate::kernels::amx::Aligned;
+
 /// Columns per packed panel (two zmm registers).
 pub const NR: usize = 32;
 /// Rows of `C` per register tile.
@@ -29,25 +31,13 @@ const NC: usize = NR * PANELS_PER_GROUP;
 /// A right-hand side `B` (`k x n`) packed in panels of [`NR`] columns: panel `p` holds rows
 /// `0..k`, each `NR` floats (columns `p*NR..p*NR+NR`, zero-padded past `n`).
 ///
-/// The panels start on a cache line (the buffer is over-allocated and offset): heap buffers are
-/// 16-byte aligned, and a kernel's 64-byte panel loads then each touched two lines.
-#[derive(Debug, Default)]
+/// The panels start on a cache line ([`Aligned`]): unaligned, each 64-byte panel load touched
+/// two lines.
+#[derive(Debug, Clone, Default)]
 pub struct PackedB {
-    buf: Vec<f32>,
-    /// Index of the first float of the panels in `buf` (on a 64-byte boundary).
-    offset: usize,
-    len: usize,
+    data: Aligned<f32>,
     k: usize,
     n: usize,
-}
-
-impl Clone for PackedB {
-    /// A copy on a cache line of its own.
-    fn clone(&self) -> Self {
-        let mut copy = Self::zeroed(self.k, self.n);
-        copy.data_mut().copy_from_slice(self.data());
-        copy
-    }
 }
 
 impl PackedB {
@@ -68,13 +58,8 @@ impl PackedB {
 
     /// A zeroed buffer for `k x n`, to be filled in place later (per-worker scratch).
     pub fn zeroed(k: usize, n: usize) -> Self {
-        let len = n.div_ceil(NR) * k * NR;
-        let buf = vec![0.0; len + 16];
-        let offset = buf.as_ptr().align_offset(64).min(15);
         Self {
-            buf,
-            offset,
-            len,
+            data: Aligned::zeroed(n.div_ceil(NR) * k * NR),
             k,
             n,
         }
@@ -82,18 +67,18 @@ impl PackedB {
 
     /// The packed panels.
     fn data(&self) -> &[f32] {
-        &self.buf[self.offset..self.offset + self.len]
+        self.data.as_slice()
     }
 
     fn data_mut(&mut self) -> &mut [f32] {
-        &mut self.buf[self.offset..self.offset + self.len]
+        self.data.as_mut_slice()
     }
 
     /// Packs the first `n` columns of a row-major `k x n` matrix into a buffer made for at
     /// least `n` columns (its `k` rows), in place.
     pub fn fill_columns_from_rows(&mut self, b: &[f32], ldb: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.len,
+            n.div_ceil(NR) * self.k * NR <= self.data.len(),
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -105,7 +90,10 @@ impl PackedB {
     /// product can write its result straight into the layout the next product reads.
     pub(crate) fn panels_mut(&mut self, n: usize) -> &mut [f32] {
         let len = n.div_ceil(NR) * self.k * NR;
-        assert!(len <= self.len, "PackedB: {n} columns exceed the buffer");
+        assert!(
+            len <= self.data.len(),
+            "PackedB: {n} columns exceed the buffer"
+        );
         self.n = n;
         &mut self.data_mut()[..len]
     }
@@ -143,7 +131,7 @@ impl PackedB {
     /// for at least `n` columns (per-worker scratch, like [`Self::fill_columns_from_rows`]).
     pub fn fill_columns_from_transposed(&mut self, bt: &[f32], ldbt: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.len,
+            n.div_ceil(NR) * self.k * NR <= self.data.len(),
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;

@@ -12,7 +12,9 @@ use candle_nn::Linear;
 
 use crate::kernels::cpu::avx512f as avx512;
 use crate::kernels::gemm::{gemm_packed, PackedB};
-use crate::kernels::{f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with};
+use crate::kernels::{
+    f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with, spread_row_stride,
+};
 
 /// Rows per task: a task sweeps the whole packed weight once.
 const ROWS_PER_TASK: usize = 128;
@@ -170,7 +172,8 @@ impl CustomOp1 for FusedReluMlp<'_> {
             outputs: self.down.weight.n(),
         };
         let outputs = widths.outputs;
-        let ld_h = hidden_row_stride(hidden);
+        // The second product broadcasts from 12 hidden rows at a time (`spread_row_stride`).
+        let ld_h = spread_row_stride(hidden);
         mlp_op(
             storage,
             layout,
@@ -210,17 +213,6 @@ impl CustomOp1 for FusedReluMlp<'_> {
                 );
             },
         )
-    }
-}
-
-/// Row stride of the fused MLP's hidden block: `hidden`, plus 16 floats where rows `hidden`
-/// wide would lie a multiple of 1 KiB apart. The second product broadcasts from 12 hidden rows
-/// at a time; 2048 floats apart they all fell into one L1 set and evicted each other.
-fn hidden_row_stride(hidden: usize) -> usize {
-    if hidden.is_multiple_of(256) {
-        hidden + 16
-    } else {
-        hidden
     }
 }
 

@@ -14,7 +14,7 @@ use candle_nn::Linear;
 use crate::kernels::amx::AlignedPairs;
 use crate::kernels::cpu;
 use crate::kernels::linear::{mlp_op, MlpWidths, PackedLinear, MLP_ROWS_PER_TASK};
-use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with};
+use crate::kernels::{f32_slice, last_axis_map, output_in_chunks_with, spread_row_stride};
 
 /// Rows per task.
 const ROWS_PER_TASK: usize = 64;
@@ -25,9 +25,8 @@ pub struct Bf16Linear {
     /// `[in/2][out]` pairs (see the module docs), rows `stride` apart, on a cache-line boundary
     /// for the tile loads.
     packed: AlignedPairs,
-    /// Distance between the packed rows (input pairs): `outputs`, plus one block of 16 where
-    /// rows `outputs` wide would lie a multiple of 1 KiB apart and so fall into the same few
-    /// L1 sets (a 4-block weight panel then could not stay in L1 across a task's row groups).
+    /// Distance between the packed rows (input pairs): [`spread_row_stride`] of `outputs`, so
+    /// a 4-block weight panel stays in L1 across a task's row groups.
     stride: usize,
     bias: Vec<f32>,
     inputs: usize,
@@ -49,11 +48,7 @@ impl Bf16Linear {
             return Ok(None);
         }
         let w: Vec<f32> = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let stride = if outputs.is_multiple_of(256) {
-            outputs + 16
-        } else {
-            outputs
-        };
+        let stride = spread_row_stride(outputs);
         let mut packed = AlignedPairs::zeroed(inputs / 2 * stride);
         let pairs = packed.as_mut_slice();
         for o in 0..outputs {
@@ -179,7 +174,7 @@ mod x86 {
 
     use super::Bf16Linear;
     use crate::kernels::amx;
-    use crate::kernels::bf16::to_bf16_pairs;
+    use crate::kernels::bf16::{for_each_tile, to_bf16_pairs};
 
     /// `out[r][o] = bias[o] + sum_kp x[r][kp] . w[kp][o]` for `R` rows and `C` blocks of 16
     /// outputs starting at block `b0`.
@@ -248,25 +243,17 @@ mod x86 {
             }
         }
         let blocks = l.outputs / 16;
-        // Output blocks outermost: a 4-block weight panel stays in L2 across the row groups.
-        let mut b = 0;
-        while b < blocks {
-            let bb = (blocks - b).min(4);
-            let mut r = first;
-            while r < rows {
-                let rr = (rows - r).min(4);
-                let xp = &pairs[r * kpairs..];
-                let o = &mut out[r * l.outputs..];
-                match (rr, bb) {
-                    (4, 4) => block::<4, 4>(l, xp, b, o),
-                    (4, _) => block::<4, 1>(l, xp, b, o),
-                    (_, 4) => block::<1, 4>(l, xp, b, o),
-                    _ => block::<1, 1>(l, xp, b, o),
-                }
-                r += if rr == 4 { 4 } else { 1 };
+        // Output blocks outermost: a 4-block weight panel stays in cache across the row groups.
+        for_each_tile(first..rows, blocks, |r, four_rows, b, four_blocks| {
+            let xp = &pairs[r * kpairs..];
+            let o = &mut out[r * l.outputs..];
+            match (four_rows, four_blocks) {
+                (true, true) => block::<4, 4>(l, xp, b, o),
+                (true, false) => block::<4, 1>(l, xp, b, o),
+                (false, true) => block::<1, 4>(l, xp, b, o),
+                (false, false) => block::<1, 1>(l, xp, b, o),
             }
-            b += if bb == 4 { 4 } else { 1 };
-        }
+        });
     }
 }
 

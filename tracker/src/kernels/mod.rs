@@ -33,6 +33,18 @@ pub(crate) use threads::{
 };
 pub use threads::{pin_default_threads, CANDLE_SPIN_LIMIT};
 
+/// Row stride for packed rows of `n` 4-byte values that a kernel reads a line or a few at a
+/// time across many rows: `n`, plus 16 values (one cache line) where `n` values would put the
+/// rows a multiple of 1 KiB apart. Rows that far apart fall into a few of L1's sets and evict
+/// each other before the next row group reads them again.
+pub(crate) fn spread_row_stride(n: usize) -> usize {
+    if n.is_multiple_of(256) {
+        n + 16
+    } else {
+        n
+    }
+}
+
 /// Rows and output shape of a layer applied to the last axis (`[.., inputs]` ->
 /// `[.., outputs]`), or an error naming `what` when the input does not end in `inputs`.
 pub(crate) fn last_axis_map(

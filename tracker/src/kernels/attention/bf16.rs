@@ -16,7 +16,7 @@ use crate::kernels::amx::{self, AlignedPairs};
 use crate::kernels::attention::{TILE_K, TILE_Q};
 use crate::kernels::bf16::bf16_bits;
 use crate::kernels::cpu;
-use crate::kernels::{run_tasks_with, threads, CpuOp3, Op3, Operand};
+use crate::kernels::{run_tasks_with, spread_row_stride, threads, CpuOp3, Op3, Operand};
 
 /// `softmax(q k^T * scale) v` with bf16 products (see the module docs): `q` `[N, H, Lq, D]`,
 /// `k`/`v` `[N, H, Lk, D]`. Falls back to the exact kernel where the CPU lacks AVX512-BF16,
@@ -75,20 +75,9 @@ pub(crate) struct PackedKeys {
     /// pairs) where AMX runs the score product.
     pairs: usize,
     dv: usize,
-    /// Distance between packed value rows (key pairs): [`value_row_stride`] of `dv`.
+    /// Distance between packed value rows (key pairs): [`spread_row_stride`] of `dv`, so the
+    /// value product's column blocks stay in L1 across the query rows.
     v_stride: usize,
-}
-
-/// Row stride of packed values `dv` wide: `dv`, plus one block of 16 where `dv` rows would lie
-/// a multiple of 1 KiB apart. Rows that far apart fall into the same few L1 sets, so the value
-/// product's column blocks (one 64-byte line per key pair) evicted each other instead of
-/// staying in L1 across the query rows (the self-attention's 256 channels).
-fn value_row_stride(dv: usize) -> usize {
-    if dv.is_multiple_of(256) {
-        dv + 16
-    } else {
-        dv
-    }
 }
 
 /// Channel pairs of a `d`-wide key as [`PackedKeys`] stores them.
@@ -109,7 +98,7 @@ impl PackedKeys {
     /// layouts and roundings as [`pack_keys`] and [`pack_values`]).
     pub(crate) fn new(k: &[f32], v: &[f32], lk: usize, d: usize, dv: usize) -> Self {
         let pairs = packed_pairs(d);
-        let v_stride = value_row_stride(dv);
+        let v_stride = spread_row_stride(dv);
         let mut keys = AlignedPairs::zeroed(lk.div_ceil(16) * pairs * 16);
         let mut values = AlignedPairs::zeroed(lk.div_ceil(2) * v_stride);
         let per = PACK_KEYS_PER_TASK;
@@ -281,8 +270,8 @@ mod x86 {
 
     use super::{PackedKeys, Scratch, TILE_K};
     use crate::kernels::amx;
-    use crate::kernels::attention::exp_neg;
-    use crate::kernels::bf16::{bf16_bits, interleave_bf16, to_bf16_pairs};
+    use crate::kernels::attention::{exp_neg, fold_tile_into_row};
+    use crate::kernels::bf16::{for_each_tile, interleave_bf16, to_bf16_pairs};
 
     /// [`exp_neg`] on 16 lanes: the same operations in the same order (so the same bits; the
     /// tests compare the two).
@@ -393,24 +382,10 @@ mod x86 {
             let mut lane_sums = [0f32; 16];
             _mm512_storeu_ps(lane_sums.as_mut_ptr(), sums);
             total += lane_sums.iter().sum::<f32>();
-            // The keys past the last whole 32: one pair at a time, as `to_bf16_pairs` does.
-            let mut i = paired;
-            while i < cols {
-                let b = row.get(i + 1).copied().unwrap_or(0.0);
-                pairs[i / 2] = bf16_bits(row[i]) | (bf16_bits(b) << 16);
-                i += 2;
-            }
-            let old = max[r];
-            if m > old {
-                // Rescale what was accumulated under the previous maximum (0 on the first tile).
-                let alpha = exp_neg(old - m);
-                sum[r] *= alpha;
-                out[r * dv..(r + 1) * dv]
-                    .iter_mut()
-                    .for_each(|o| *o *= alpha);
-                max[r] = m;
-            }
-            sum[r] += total;
+            // The keys past the last whole 32 (fewer than 32: converted one pair at a time).
+            to_bf16_pairs(&row[paired..], &mut pairs[paired / 2..]);
+            let out = &mut out[r * dv..(r + 1) * dv];
+            fold_tile_into_row(m, total, &mut max[r], &mut sum[r], out);
         }
     }
 
@@ -462,17 +437,16 @@ mod x86 {
         }
     }
 
-    /// Scores of `R` query rows against `C` blocks of 16 keys: `s[r][c*16 + lane]`.
+    /// Scores of `R` query rows against `C` blocks of 16 keys from `first_block` on, into
+    /// `s[r][col0 + c*16 + lane]`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    #[allow(clippy::too_many_arguments)]
     unsafe fn score_block<const R: usize, const C: usize>(
         q_pairs: &[u32],
         k_packed: &[u32],
         pairs: usize,
-        first_block: usize,
+        (first_block, col0): (usize, usize),
         s: &mut [f32],
         cols: usize,
-        col0: usize,
     ) {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for p in 0..pairs {
@@ -510,20 +484,34 @@ mod x86 {
         }
     }
 
+    /// The packed values one key tile's value product reads: `key_pairs` rows of pairs from
+    /// `first_pair` on, `stride` apart, `width` channels each.
+    #[derive(Clone, Copy)]
+    struct ValueRows<'a> {
+        packed: &'a [u32],
+        first_pair: usize,
+        key_pairs: usize,
+        width: usize,
+        stride: usize,
+    }
+
     /// `out[r][c*16 + lane] += sum_jp p[r][jp] . v[jp][block c]` for `R` rows and `C` channel
-    /// blocks starting at `block0`; value rows lie `v_stride` apart.
+    /// blocks starting at `block0`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    #[allow(clippy::too_many_arguments)]
     unsafe fn value_block<const R: usize, const C: usize>(
         p_pairs: &[u32],
         p_stride: usize,
-        v_packed: &[u32],
-        first_pair: usize,
-        key_pairs: usize,
-        (d, v_stride): (usize, usize),
+        v: ValueRows,
         block0: usize,
         out: &mut [f32],
     ) {
+        let ValueRows {
+            packed: v_packed,
+            first_pair,
+            key_pairs,
+            width: d,
+            stride: v_stride,
+        } = v;
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for (r, row) in acc.iter_mut().enumerate() {
             for (c, x) in row.iter_mut().enumerate() {
@@ -595,7 +583,6 @@ mod x86 {
         let rows = out.len() / dv;
         let pairs = keys.pairs;
         let blocks_d = dv / 16;
-        let widths = (dv, keys.v_stride);
         let q_pairs = &mut scratch.q_pairs[..rows * pairs];
         if d.is_multiple_of(2) && pairs == d / 2 {
             to_bf16_pairs(&q[..rows * d], q_pairs);
@@ -633,33 +620,17 @@ mod x86 {
                 r = rows;
             }
             // Key blocks outer, query rows inner: a group of four key blocks (`4 x pairs x 16`
-            // pairs) stays in L1 while every row passes over it, where rows outer streamed the
-            // whole key tile from L2 for every four rows. Each score's sum is unchanged.
-            let rows_from = r;
-            let mut b = 0;
-            while b < nblocks {
-                let bb = (nblocks - b).min(4);
-                let mut r = rows_from;
-                while r < rows {
-                    let rr = (rows - r).min(4);
-                    let qp = &q_pairs[r * pairs..];
-                    let sr = &mut s[r * cols..];
-                    match (rr, bb) {
-                        (4, 4) => {
-                            score_block::<4, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
-                        }
-                        (4, _) => {
-                            score_block::<4, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
-                        }
-                        (_, 4) => {
-                            score_block::<1, 4>(qp, k_packed, pairs, first + b, sr, cols, b * 16)
-                        }
-                        _ => score_block::<1, 1>(qp, k_packed, pairs, first + b, sr, cols, b * 16),
-                    }
-                    r += if rr == 4 { 4 } else { 1 };
+            // pairs) stays in L1 while every row passes over it. Each score's sum is unchanged.
+            for_each_tile(r..rows, nblocks, |r, four_rows, b, four_blocks| {
+                let (qp, sr) = (&q_pairs[r * pairs..], &mut s[r * cols..]);
+                let at = (first + b, b * 16);
+                match (four_rows, four_blocks) {
+                    (true, true) => score_block::<4, 4>(qp, k_packed, pairs, at, sr, cols),
+                    (true, false) => score_block::<4, 1>(qp, k_packed, pairs, at, sr, cols),
+                    (false, true) => score_block::<1, 4>(qp, k_packed, pairs, at, sr, cols),
+                    (false, false) => score_block::<1, 1>(qp, k_packed, pairs, at, sr, cols),
                 }
-                b += if bb == 4 { 4 } else { 1 };
-            }
+            });
             // The online softmax step, its probabilities written straight as bf16 pairs (an
             // odd last key pairs with a zero).
             let key_pairs = cols.div_ceil(2);
@@ -685,33 +656,22 @@ mod x86 {
             }
             // Channel blocks outer, rows inner, as for the scores: four channel blocks of the
             // tile's values stay in L1 while every row passes over them.
-            let rows_from = r;
-            let mut c = 0;
-            while c < blocks_d {
-                let cc = (blocks_d - c).min(4);
-                let mut r = rows_from;
-                while r < rows {
-                    let rr = (rows - r).min(4);
-                    let pp = &p_pairs[r * key_pairs..];
-                    let o = &mut out[r * dv..];
-                    match (rr, cc) {
-                        (4, 4) => value_block::<4, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
-                        ),
-                        (4, _) => value_block::<4, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
-                        ),
-                        (_, 4) => value_block::<1, 4>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
-                        ),
-                        _ => value_block::<1, 1>(
-                            pp, key_pairs, v_packed, first_pair, key_pairs, widths, c, o,
-                        ),
-                    }
-                    r += if rr == 4 { 4 } else { 1 };
+            let v = ValueRows {
+                packed: v_packed,
+                first_pair,
+                key_pairs,
+                width: dv,
+                stride: keys.v_stride,
+            };
+            for_each_tile(r..rows, blocks_d, |r, four_rows, c, four_blocks| {
+                let (pp, o) = (&p_pairs[r * key_pairs..], &mut out[r * dv..]);
+                match (four_rows, four_blocks) {
+                    (true, true) => value_block::<4, 4>(pp, key_pairs, v, c, o),
+                    (true, false) => value_block::<4, 1>(pp, key_pairs, v, c, o),
+                    (false, true) => value_block::<1, 4>(pp, key_pairs, v, c, o),
+                    (false, false) => value_block::<1, 1>(pp, key_pairs, v, c, o),
                 }
-                c += if cc == 4 { 4 } else { 1 };
-            }
+            });
         }
     }
 }
@@ -779,27 +739,16 @@ mod tests {
             let q = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
             let k = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
             let v = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
-            let flop = 4.0 * (l * l * d) as f64;
-            let (mut fast, mut exact) = (Vec::new(), Vec::new());
-            for _ in 0..7 {
-                let t = std::time::Instant::now();
-                scaled_dot_product_bf16(&q, &k, &v, 0.0625)?;
-                fast.push(t.elapsed().as_secs_f64());
-                let t = std::time::Instant::now();
-                crate::kernels::attention::scaled_dot_product(&q, &k, &v, 0.0625)?;
-                exact.push(t.elapsed().as_secs_f64());
-            }
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
-            let (f, e) = (median(&mut fast), median(&mut exact));
+            let gflops = |ms: f64| 4.0 * (l * l * d) as f64 / ms / 1e6;
+            use crate::instrument::timings::measure::median_ms;
+            let f = median_ms(7, || scaled_dot_product_bf16(&q, &k, &v, 0.0625))?;
+            let e = median_ms(7, || {
+                crate::kernels::attention::scaled_dot_product(&q, &k, &v, 0.0625)
+            })?;
             println!(
-                "{l}x{l}, d {d}: bf16 {:.2} ms ({:.0} GFLOP/s), f32 {:.2} ms ({:.0} GFLOP/s)",
-                f * 1e3,
-                flop / f / 1e9,
-                e * 1e3,
-                flop / e / 1e9
+                "{l}x{l}, d {d}: bf16 {f:.2} ms ({:.0} GFLOP/s), f32 {e:.2} ms ({:.0} GFLOP/s)",
+                gflops(f),
+                gflops(e)
             );
         }
         Ok(())
@@ -907,7 +856,7 @@ mod tests {
                 pack_keys(&k, lk, d, packed_pairs(d)),
                 "keys {lk}x{d}"
             );
-            let stride = value_row_stride(dv);
+            let stride = spread_row_stride(dv);
             assert_eq!(
                 p.values.as_slice(),
                 pack_values(&v, lk, dv, stride),

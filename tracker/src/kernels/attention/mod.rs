@@ -413,16 +413,35 @@ fn online_softmax_body(
             total += *x;
         }
         total += lanes.iter().sum::<f32>();
-        let old = max[r];
-        if m > old {
-            // Rescale what was accumulated under the previous maximum (0 on the first tile).
-            let alpha = exp_neg(old - m);
-            sum[r] *= alpha;
-            out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o *= alpha);
-            max[r] = m;
-        }
-        sum[r] += total;
+        fold_tile_into_row(
+            m,
+            total,
+            &mut max[r],
+            &mut sum[r],
+            &mut out[r * d..(r + 1) * d],
+        );
     }
+}
+
+/// The end of one row's online softmax step: with the tile's maximum `m` (at least the old
+/// one) and its sum of exponentials `total`, rescale what the row accumulated under the
+/// previous maximum (0 on the first tile), then add the tile's sum.
+#[inline(always)]
+pub(crate) fn fold_tile_into_row(
+    m: f32,
+    total: f32,
+    max: &mut f32,
+    sum: &mut f32,
+    out: &mut [f32],
+) {
+    let old = *max;
+    if m > old {
+        let alpha = exp_neg(old - m);
+        *sum *= alpha;
+        out.iter_mut().for_each(|o| *o *= alpha);
+        *max = m;
+    }
+    *sum += total;
 }
 
 #[cfg(test)]

@@ -371,27 +371,17 @@ mod tests {
             let r = |dims: (usize, usize, usize)| Tensor::randn(0f32, 1.0, dims, &dev);
             let (q, ql) = (r((1, lq, d))?, r((1, lq, e))?);
             let (kr, kl, v) = (r((1, lr, d))?, r((1, lu, e))?, r((1, lr + lu, dv))?);
-            let flop = 2.0 * (lq * (lr * d + lu * e + (lr + lu) * dv)) as f64;
-            let (mut fast, mut exact) = (Vec::new(), Vec::new());
-            for _ in 0..7 {
-                let t = std::time::Instant::now();
-                split_key_attention_bf16(&q, &ql, &kr, &kl, &v, 0.0625)?;
-                fast.push(t.elapsed().as_secs_f64());
-                let t = std::time::Instant::now();
-                split_key_attention(&q, &ql, &kr, &kl, &v, 0.0625)?;
-                exact.push(t.elapsed().as_secs_f64());
-            }
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
-            let (f, x) = (median(&mut fast), median(&mut exact));
+            let gflops =
+                |ms: f64| 2.0 * (lq * (lr * d + lu * e + (lr + lu) * dv)) as f64 / ms / 1e6;
+            use crate::instrument::timings::measure::median_ms;
+            let f = median_ms(7, || {
+                split_key_attention_bf16(&q, &ql, &kr, &kl, &v, 0.0625)
+            })?;
+            let x = median_ms(7, || split_key_attention(&q, &ql, &kr, &kl, &v, 0.0625))?;
             println!(
-                "{lq} queries: bf16 {:.2} ms ({:.0} GFLOP/s), f32 {:.2} ms ({:.0} GFLOP/s)",
-                f * 1e3,
-                flop / f / 1e9,
-                x * 1e3,
-                flop / x / 1e9
+                "{lq} queries: bf16 {f:.2} ms ({:.0} GFLOP/s), f32 {x:.2} ms ({:.0} GFLOP/s)",
+                gflops(f),
+                gflops(x)
             );
         }
         Ok(())
