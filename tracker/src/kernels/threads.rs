@@ -11,6 +11,23 @@ pub(crate) fn threads() -> usize {
     rayon::current_num_threads().max(1)
 }
 
+/// Runs `f` on a worker of the compute pool (rayon's global pool) when the caller is not on one
+/// already, blocking the caller until it returns; on a worker (a pipeline stage's pool, or
+/// nested calls) it runs in place.
+///
+/// Every kernel hands its tasks to the pool with `rayon::scope`. From a thread outside the pool
+/// (an application's own thread, the serial pipeline stage) each such call queues a job, wakes
+/// a worker and puts the caller to sleep until it ends: a round trip through the scheduler for
+/// every op, several hundred per tracked frame. Entering the pool once per public call keeps the
+/// ops' scopes on workers that are already awake. Only the threads change, not the tasks or what
+/// each computes, so results are the same bits.
+pub(crate) fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    rayon::scope(|_| f())
+}
+
 /// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
 /// `CANDLE_BARRIER_POOL_SPIN_LIMIT` says otherwise: tens of microseconds, enough to catch
 /// back-to-back ops. candle 0.11's default, 25,000 (about 0.6 ms after *every* large
@@ -173,4 +190,32 @@ pub(crate) fn output_in_chunks_with<S>(
     // only after every task ran (a panicking task propagates before this line).
     unsafe { out.set_len(len) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_compute_pool;
+
+    /// From a thread outside any pool the work moves onto a worker of the global pool; on a
+    /// worker of another pool (a pipeline stage's) it stays where it is.
+    #[test]
+    fn compute_runs_on_a_pool_worker() -> Result<(), rayon::ThreadPoolBuildError> {
+        let outside = std::thread::spawn(|| {
+            (
+                rayon::current_thread_index(),
+                on_compute_pool(rayon::current_thread_index),
+            )
+        })
+        .join();
+        assert!(matches!(outside, Ok((None, Some(_)))), "{outside:?}");
+        let stage = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+        let (pool_size, ran_on) = stage.install(|| {
+            (
+                rayon::current_num_threads(),
+                on_compute_pool(rayon::current_num_threads),
+            )
+        });
+        assert_eq!((pool_size, ran_on), (1, 1));
+        Ok(())
+    }
 }

@@ -338,6 +338,10 @@ impl EdgeTam {
 
     /// Runs preprocessing and the image encoder on an RGB8 image.
     pub fn encode_image(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
+        crate::kernels::threads::on_compute_pool(|| self.encode_image_here(rgb, width, height))
+    }
+
+    fn encode_image_here(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
         let start = std::time::Instant::now();
         let pixels = self.preprocess(rgb, width, height)?;
         let preprocess_time = start.elapsed();
@@ -349,6 +353,10 @@ impl EdgeTam {
     /// Runs preprocessing and the image encoder on a frame in any [`crate::PixelFormat`] (on CUDA
     /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
     pub fn encode_frame(&self, frame: &Frame) -> Result<ImageEmbedding> {
+        crate::kernels::threads::on_compute_pool(|| self.encode_frame_here(frame))
+    }
+
+    fn encode_frame_here(&self, frame: &Frame) -> Result<ImageEmbedding> {
         let start = std::time::Instant::now();
         let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
         let preprocess_time = start.elapsed();
@@ -359,6 +367,14 @@ impl EdgeTam {
 
     /// Runs the image encoder on already preprocessed pixels `[1,3,S,S]`.
     pub fn encode_pixels(
+        &self,
+        pixels: &Tensor,
+        original_size: (usize, usize),
+    ) -> Result<ImageEmbedding> {
+        crate::kernels::threads::on_compute_pool(|| self.encode_pixels_here(pixels, original_size))
+    }
+
+    fn encode_pixels_here(
         &self,
         pixels: &Tensor,
         original_size: (usize, usize),
@@ -379,6 +395,15 @@ impl EdgeTam {
 
     /// Segments one object from a prompt on an encoded image.
     pub fn segment(
+        &self,
+        image: &ImageEmbedding,
+        prompt: &Prompt,
+        mode: MultimaskMode,
+    ) -> Result<Segmentation> {
+        crate::kernels::threads::on_compute_pool(|| self.segment_here(image, prompt, mode))
+    }
+
+    fn segment_here(
         &self,
         image: &ImageEmbedding,
         prompt: &Prompt,

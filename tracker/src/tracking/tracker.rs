@@ -270,6 +270,10 @@ impl Tracker {
     /// As [`Self::track`] for a frame whose image encoder already ran (an encoder-ahead
     /// pipeline).
     pub fn track_embedding(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
+        crate::kernels::threads::on_compute_pool(|| self.track_embedding_here(image))
+    }
+
+    fn track_embedding_here(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
         let mut times = StageTimes {
             preprocess: image.preprocess_time,
             image_encoder: image.encoder_time,
@@ -379,7 +383,7 @@ impl Tracker {
         let current = self.current.take().ok_or_else(|| {
             Error::InvalidPrompt("no frame has been tracked yet: nothing to refresh".into())
         })?;
-        let result = self.refresh_on(&current);
+        let result = crate::kernels::threads::on_compute_pool(|| self.refresh_on(&current));
         self.current = Some(current);
         result
     }

@@ -562,7 +562,8 @@ mod fused_token_mixer {
 mod speed {
     use candle_core::{Device, Tensor};
 
-    /// GFLOP/s of the fused mixer at RepViT-M1's four stage shapes (1024 input):
+    /// GFLOP/s of the fused mixer at RepViT-M1's four stage shapes (1024 input;
+    /// `EDGETAM_PROFILE_SIZE=N`: another input side):
     /// `cargo test --release -p edgetam-tracker --lib channel_mixer::speed -- --ignored --nocapture`
     #[test]
     #[ignore]
@@ -571,10 +572,11 @@ mod speed {
         let dev = Device::Cpu;
         use crate::kernels::conv::pointwise_bf16::Rounding;
         let roundings = [None, Some(Rounding::Bf16), Some(Rounding::Split)];
+        let size = crate::instrument::timings::measure::profile_input_size();
         for (c, side, rounding) in [48usize, 96, 192, 384]
             .into_iter()
-            .map(|c| (c, 12288 / c))
-            .chain([(256, 64)])
+            .map(|c| (c, size * 12 / c))
+            .chain([(256, size / 16)])
             .flat_map(|(c, side)| roundings.map(|r| (c, side, r)))
         {
             // RepViT's stages (hidden 2c), then the memory fuser's shape (hidden 4c).

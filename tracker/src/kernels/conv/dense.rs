@@ -383,20 +383,22 @@ mod tests {
 mod speed {
     use candle_core::{Device, Tensor};
 
-    /// Time per call of the dense convs at their 1024 shapes (the stem; the mask downsampler):
+    /// Time per call of the dense convs at their 1024 shapes (the stem; the mask downsampler;
+    /// `EDGETAM_PROFILE_SIZE=N`: another input side):
     /// `cargo test --release -p edgetam-tracker --lib kernels::conv::dense::speed -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn dense_shapes() -> candle_core::Result<()> {
         crate::instrument::allocator::keep_freed_memory();
         let dev = Device::Cpu;
+        let size = crate::instrument::timings::measure::profile_input_size();
         for (c, o, side, gelu) in [
-            (3usize, 24usize, 1024usize, true),
-            (24, 48, 512, false),
-            (1, 4, 1024, false),
-            (4, 16, 512, false),
-            (16, 64, 256, false),
-            (64, 256, 128, false),
+            (3usize, 24usize, size, true),
+            (24, 48, size / 2, false),
+            (1, 4, size, false),
+            (4, 16, size / 2, false),
+            (16, 64, size / 4, false),
+            (64, 256, size / 8, false),
         ] {
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
