@@ -530,13 +530,15 @@ mod speed {
     fn fuser_shape() -> candle_core::Result<()> {
         crate::instrument::allocator::keep_freed_memory();
         let dev = Device::Cpu;
-        // (channels, side, kernel): the fuser's 7x7, then RepViT's stride-1 3x3 token mixers.
+        // (channels, side, kernel): the fuser's 7x7, then RepViT's stride-1 3x3 token mixers
+        // (`EDGETAM_PROFILE_SIZE=N`: another input side).
+        let size = crate::instrument::timings::measure::profile_input_size();
         for (c, side, k) in [
-            (256usize, 64usize, 7usize),
-            (48, 256, 3),
-            (96, 128, 3),
-            (192, 64, 3),
-            (384, 32, 3),
+            (256usize, size / 16, 7usize),
+            (48, size / 4, 3),
+            (96, size / 8, 3),
+            (192, size / 16, 3),
+            (384, size / 32, 3),
         ] {
             let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
             let dw = Depthwise::new(
