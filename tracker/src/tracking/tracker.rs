@@ -76,6 +76,10 @@ struct CurrentFrame {
 
 /// The model plus one stream's tracking state. Not shared between streams; build one per
 /// camera (the model is shared through an [`Arc`]).
+///
+/// Threads: called from outside any rayon pool, the tracking calls run on a worker of rayon's
+/// global pool (sized by `RAYON_NUM_THREADS`) while the caller waits; called inside a pool
+/// (`ThreadPool::install`), on that pool.
 pub struct Tracker {
     model: Arc<EdgeTam>,
     options: TrackerOptions,
