@@ -7,6 +7,12 @@
 //! (32 MiB) and stops trimming, so freed buffers are reused. Peak memory is unchanged (the
 //! buffers were needed anyway) and stays flat over a stream; freed memory is just not handed
 //! back to the OS while the process runs.
+//!
+//! It also keeps every thread on one heap (`M_ARENA_MAX` 1). A frame's compute runs on
+//! whichever worker of the pool picks it up (`kernels::threads::on_compute_pool`), and glibc
+//! gives each thread an arena of its own: with two arenas each kept its own freed buffers, so
+//! resident memory settled about twice as far above the model as with one (BENCHMARKS.md). Small
+//! allocations still come from each thread's cache without the heap's lock.
 
 /// Tunes glibc's `malloc` as described in the module docs; process-wide, idempotent. Returns
 /// whether it applied (glibc on Linux only; elsewhere it does nothing). The `edgetam` CLI and
@@ -27,6 +33,7 @@ pub fn keep_freed_memory() -> bool {
         unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD) == 1
                 && libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX) == 1
+                && libc::mallopt(libc::M_ARENA_MAX, 1) == 1
         }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
