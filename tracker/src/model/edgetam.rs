@@ -338,31 +338,32 @@ impl EdgeTam {
 
     /// Runs preprocessing and the image encoder on an RGB8 image.
     pub fn encode_image(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
-        crate::kernels::threads::on_compute_pool(|| self.encode_image_here(rgb, width, height))
-    }
-
-    fn encode_image_here(&self, rgb: &[u8], width: usize, height: usize) -> Result<ImageEmbedding> {
-        let start = std::time::Instant::now();
-        let pixels = self.preprocess(rgb, width, height)?;
-        let preprocess_time = start.elapsed();
-        let mut image = self.encode_pixels(&pixels, (width, height))?;
-        image.preprocess_time = preprocess_time;
-        Ok(image)
+        self.preprocess_and_encode((width, height), || self.preprocess(rgb, width, height))
     }
 
     /// Runs preprocessing and the image encoder on a frame in any [`crate::PixelFormat`] (on CUDA
     /// the frame's bytes go to the device as they are; see [`preprocess::preprocess_frame`]).
     pub fn encode_frame(&self, frame: &Frame) -> Result<ImageEmbedding> {
-        crate::kernels::threads::on_compute_pool(|| self.encode_frame_here(frame))
+        self.preprocess_and_encode((frame.width(), frame.height()), || {
+            preprocess::preprocess_frame(frame, self.config.image_size, &self.device)
+        })
     }
 
-    fn encode_frame_here(&self, frame: &Frame) -> Result<ImageEmbedding> {
-        let start = std::time::Instant::now();
-        let pixels = preprocess::preprocess_frame(frame, self.config.image_size, &self.device)?;
-        let preprocess_time = start.elapsed();
-        let mut image = self.encode_pixels(&pixels, (frame.width(), frame.height()))?;
-        image.preprocess_time = preprocess_time;
-        Ok(image)
+    /// `preprocess`, then the image encoder, both on the compute pool, with the preprocessing
+    /// time on the embedding.
+    fn preprocess_and_encode(
+        &self,
+        original_size: (usize, usize),
+        preprocess: impl FnOnce() -> Result<Tensor> + Send,
+    ) -> Result<ImageEmbedding> {
+        crate::kernels::threads::on_compute_pool(|| {
+            let start = std::time::Instant::now();
+            let pixels = preprocess()?;
+            let preprocess_time = start.elapsed();
+            let mut image = self.encode_pixels(&pixels, original_size)?;
+            image.preprocess_time = preprocess_time;
+            Ok(image)
+        })
     }
 
     /// Runs the image encoder on already preprocessed pixels `[1,3,S,S]`.
@@ -371,25 +372,19 @@ impl EdgeTam {
         pixels: &Tensor,
         original_size: (usize, usize),
     ) -> Result<ImageEmbedding> {
-        crate::kernels::threads::on_compute_pool(|| self.encode_pixels_here(pixels, original_size))
-    }
-
-    fn encode_pixels_here(
-        &self,
-        pixels: &Tensor,
-        original_size: (usize, usize),
-    ) -> Result<ImageEmbedding> {
-        let start = std::time::Instant::now();
-        let features = self.image_encoder.forward(pixels)?;
-        let level2 = &features.level2;
-        let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
-        let embed = crate::kernels::add(level2, &no_mem)?;
-        Ok(ImageEmbedding {
-            features,
-            embed,
-            original_size,
-            preprocess_time: std::time::Duration::ZERO,
-            encoder_time: start.elapsed(),
+        crate::kernels::threads::on_compute_pool(|| {
+            let start = std::time::Instant::now();
+            let features = self.image_encoder.forward(pixels)?;
+            let level2 = &features.level2;
+            let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
+            let embed = crate::kernels::add(level2, &no_mem)?;
+            Ok(ImageEmbedding {
+                features,
+                embed,
+                original_size,
+                preprocess_time: std::time::Duration::ZERO,
+                encoder_time: start.elapsed(),
+            })
         })
     }
 
@@ -400,24 +395,17 @@ impl EdgeTam {
         prompt: &Prompt,
         mode: MultimaskMode,
     ) -> Result<Segmentation> {
-        crate::kernels::threads::on_compute_pool(|| self.segment_here(image, prompt, mode))
-    }
-
-    fn segment_here(
-        &self,
-        image: &ImageEmbedding,
-        prompt: &Prompt,
-        mode: MultimaskMode,
-    ) -> Result<Segmentation> {
-        let (w, h) = image.original_size;
-        let (coords, labels) =
-            prompt.to_model_inputs(w, h, self.config.image_size, &self.device)?;
-        let multimask = match mode {
-            MultimaskMode::Auto => self.use_multimask(prompt.num_points()),
-            MultimaskMode::On => true,
-            MultimaskMode::Off => false,
-        };
-        self.segment_model_inputs(image, &coords, &labels, multimask)
+        crate::kernels::threads::on_compute_pool(|| {
+            let (w, h) = image.original_size;
+            let (coords, labels) =
+                prompt.to_model_inputs(w, h, self.config.image_size, &self.device)?;
+            let multimask = match mode {
+                MultimaskMode::Auto => self.use_multimask(prompt.num_points()),
+                MultimaskMode::On => true,
+                MultimaskMode::Off => false,
+            };
+            self.segment_model_inputs(image, &coords, &labels, multimask)
+        })
     }
 
     /// The reference's `_use_multimask` on a prompted frame.

@@ -255,8 +255,11 @@ impl Tracker {
             crate::frame::preprocess::check_frame(rgb, width, height)?;
             return Ok(self.advance_empty(width, height));
         }
-        let image = self.model.encode_image(rgb, width, height)?;
-        self.track_embedding(image)
+        // One entry into the compute pool for the whole frame (the calls below run in place).
+        crate::kernels::threads::on_compute_pool(|| {
+            let image = self.model.encode_image(rgb, width, height)?;
+            self.track_embedding(image)
+        })
     }
 
     /// As [`Self::track`] for a frame in any [`crate::PixelFormat`] (RGB/BGR with or without a
@@ -267,17 +270,20 @@ impl Tracker {
             frame.validate()?;
             return Ok(self.advance_empty(frame.width(), frame.height()));
         }
-        let image = self.model.encode_frame(frame)?;
-        self.track_embedding(image)
+        crate::kernels::threads::on_compute_pool(|| {
+            let image = self.model.encode_frame(frame)?;
+            self.track_embedding(image)
+        })
     }
 
     /// As [`Self::track`] for a frame whose image encoder already ran (an encoder-ahead
     /// pipeline).
     pub fn track_embedding(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
-        crate::kernels::threads::on_compute_pool(|| self.track_embedding_here(image))
+        crate::kernels::threads::on_compute_pool(|| self.track_embedding_on_pool(image))
     }
 
-    fn track_embedding_here(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
+    /// [`Self::track_embedding`]'s work, on the compute pool.
+    fn track_embedding_on_pool(&mut self, image: ImageEmbedding) -> Result<FrameResult> {
         let mut times = StageTimes {
             preprocess: image.preprocess_time,
             image_encoder: image.encoder_time,
