@@ -592,6 +592,22 @@ fn faults() {
         .downcast::<gstedgetam::EdgeTamTrack>()
         .expect("edgetamtrack");
     let bus = p.bus().expect("bus");
+    // Buffers and EOS offered to the element after the panic: it must refuse them without
+    // leaking them (the bindings' own panic guard would keep them).
+    let eos = Arc::new(AtomicBool::new(false));
+    {
+        let eos = eos.clone();
+        t.static_pad("sink").expect("sink pad").add_probe(
+            gst::PadProbeType::EVENT_DOWNSTREAM,
+            move |_, info| {
+                if matches!(info.event().map(|e| e.type_()), Some(gst::EventType::Eos)) {
+                    eos.store(true, Ordering::SeqCst);
+                }
+                gst::PadProbeReturn::Ok
+            },
+        );
+    }
+    let out = count_buffers(t.upcast_ref());
     set_state(&p, gst::State::Playing, "signal fault");
     t.inject_fault(TestFault::SignalPanic);
     let ok: bool = t.emit_by_name("add-box", &[&1u32, &1f64, &1f64, &9f64, &9f64]);
@@ -599,7 +615,29 @@ fn faults() {
     let e = expect_error(&bus, "signal fault");
     assert!(e.contains("Panicked"), "{e}");
     println!("stress: signal handler panic -> element error: {e}");
+    // The element refuses the next buffer; the source stops and sends EOS, which the element
+    // refuses too.
+    let start = Instant::now();
+    while !eos.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < WAIT,
+            "signal fault: no EOS after the refusal"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     set_state(&p, gst::State::Null, "signal fault");
+    // A restart begins from fresh state: buffers flow and are tracked again.
+    let _ = errors(&bus);
+    let before = out.load(Ordering::SeqCst);
+    set_state(&p, gst::State::Playing, "restart after the signal fault");
+    assert!(
+        wait_for(&out, before + 3, WAIT),
+        "no buffer left the element after the restart"
+    );
+    let errs = errors(&bus);
+    assert!(errs.is_empty(), "restart after the signal fault: {errs:?}");
+    set_state(&p, gst::State::Null, "restart after the signal fault");
+    println!("stress: signal fault: buffers and EOS refused without a leak; restart tracks again");
     let p = launch(&desc(false));
     let t = p
         .by_name("t")

@@ -103,6 +103,9 @@ pub struct EdgeTamTrack {
     /// Set when the live output thread ended on a failure (a panic or an error already
     /// posted): drains stop waiting for it and new buffers are refused.
     output_failed: AtomicBool,
+    /// Set when a call into the element panicked (see [`EdgeTamTrack::guarded`]): until the
+    /// next start it refuses buffers, events and queries.
+    panicked: AtomicBool,
     /// A fault the tests inject (see [`TestFault`]).
     fault: Mutex<Option<TestFault>>,
 }
@@ -157,6 +160,47 @@ impl EdgeTamTrack {
             return fault.take();
         }
         None
+    }
+
+    /// Runs the body of a call into the element, catching its panic here instead of leaving it
+    /// to the bindings' guard: once that guard has seen a panic it refuses every later call
+    /// without releasing the buffer or event the call owns (a leak per buffer), and refuses
+    /// the state changes too, so `stop` never runs and the tracking threads outlive the
+    /// stream. Here a panic posts an element error; until the next start the element refuses
+    /// buffers, events and queries (`refused`), dropping what they carry, while state changes,
+    /// properties and signals keep working.
+    fn guarded<R>(&self, what: &str, refused: impl FnOnce() -> R, body: impl FnOnce() -> R) -> R {
+        if self.panicked.load(Ordering::SeqCst) {
+            gst::debug!(CAT, imp = self, "{what} refused: the element panicked");
+            return refused();
+        }
+        self.contained(what, refused, body)
+    }
+
+    /// Catches a panic of `body` (see [`Self::guarded`]) and returns `fallback()` after it,
+    /// whether or not the element panicked before: for the calls that must still run after a
+    /// panic (state changes, `stop`, properties, signals).
+    fn contained<R>(
+        &self,
+        what: &str,
+        fallback: impl FnOnce() -> R,
+        body: impl FnOnce() -> R,
+    ) -> R {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            Ok(r) => r,
+            Err(panic) => {
+                self.panicked.store(true, Ordering::SeqCst);
+                // Drains waiting for pending buffers stop waiting.
+                self.changed.notify_all();
+                gst::element_imp_error!(
+                    self,
+                    gst::LibraryError::Failed,
+                    ("Panicked in {what}: {}", panic_message(&panic)),
+                    ["the element refuses buffers until it is restarted (READY -> PAUSED)"]
+                );
+                fallback()
+            }
+        }
     }
 
     fn settings(&self) -> Settings {
@@ -636,6 +680,7 @@ impl EdgeTamTrack {
                 .is_some_and(|s| !s.pending.is_empty() || s.in_transit > 0)
                 && !self.flushing.load(Ordering::SeqCst)
                 && !self.output_failed.load(Ordering::SeqCst)
+                && !self.panicked.load(Ordering::SeqCst)
             {
                 guard = self
                     .changed
@@ -857,13 +902,18 @@ impl ObjectImpl for EdgeTamTrack {
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         // GLib does not catch a Rust panic in a property vfunc (it would abort the process):
         // a panic becomes an element error and the value is not set.
-        self.catch_panic(|| (), |imp| imp.set_property_inner(value, pspec));
+        self.contained(
+            &format!("a write of `{}`", pspec.name()),
+            || (),
+            || self.set_property_inner(value, pspec),
+        );
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
-        self.catch_panic(
+        self.contained(
+            &format!("a read of `{}`", pspec.name()),
             || pspec.default_value().clone(),
-            |imp| imp.property_inner(pspec),
+            || self.property_inner(pspec),
         )
     }
 
@@ -927,6 +977,7 @@ fn action<const N: usize>(
     params: [glib::Type; N],
     f: fn(&EdgeTamTrack, &[glib::Value]) -> Option<bool>,
 ) -> glib::subclass::Signal {
+    let what = format!("the {name} signal");
     glib::subclass::Signal::builder(name)
         .param_types(params)
         .return_type::<bool>()
@@ -936,9 +987,10 @@ fn action<const N: usize>(
             // process): a panic becomes an element error and the signal returns FALSE.
             let ok = this(args).and_then(|el| {
                 let imp = el.imp();
-                imp.catch_panic(
+                imp.contained(
+                    &what,
                     || None,
-                    |imp| {
+                    || {
                         if imp.take_fault(|f| *f == TestFault::SignalPanic).is_some() {
                             panic!("injected test fault: a signal handler panics");
                         }
@@ -1035,13 +1087,27 @@ impl ElementImpl for EdgeTamTrack {
         &self,
         transition: gst::StateChange,
     ) -> Result<gst::StateChangeSuccess, gst::StateChangeError> {
-        match transition {
-            // A streaming thread waiting for a result must give up before the pads stop.
-            gst::StateChange::PausedToReady => self.flushing.store(true, Ordering::SeqCst),
-            gst::StateChange::ReadyToPaused => self.flushing.store(false, Ordering::SeqCst),
-            _ => {}
-        }
-        self.parent_change_state(transition)
+        // As the bindings do: a state change down never fails, even after a panic.
+        let fallback = match transition {
+            gst::StateChange::PlayingToPaused
+            | gst::StateChange::PausedToReady
+            | gst::StateChange::ReadyToNull => Ok(gst::StateChangeSuccess::Success),
+            _ => Err(gst::StateChangeError),
+        };
+        self.contained(
+            "a state change",
+            || fallback,
+            || {
+                match transition {
+                    // A streaming thread waiting for a result must give up before the pads
+                    // stop.
+                    gst::StateChange::PausedToReady => self.flushing.store(true, Ordering::SeqCst),
+                    gst::StateChange::ReadyToPaused => self.flushing.store(false, Ordering::SeqCst),
+                    _ => {}
+                }
+                self.parent_change_state(transition)
+            },
+        )
     }
 }
 
@@ -1052,6 +1118,77 @@ impl BaseTransformImpl for EdgeTamTrack {
     const TRANSFORM_IP_ON_PASSTHROUGH: bool = false;
 
     fn start(&self) -> Result<(), gst::ErrorMessage> {
+        // A start after a panic begins from fresh state (`stop` dropped the old one).
+        self.panicked.store(false, Ordering::SeqCst);
+        self.contained(
+            "start",
+            || {
+                Err(gst::error_msg!(
+                    gst::CoreError::StateChange,
+                    ("start panicked")
+                ))
+            },
+            || self.start_tracking(),
+        )
+    }
+
+    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.contained("stop", || Ok(()), || self.stop_tracking())
+    }
+
+    fn sink_event(&self, event: gst::Event) -> bool {
+        self.guarded("a sink event", || false, || self.handle_sink_event(event))
+    }
+
+    fn src_event(&self, event: gst::Event) -> bool {
+        self.guarded("a src event", || false, || self.handle_src_event(event))
+    }
+
+    fn query(&self, direction: gst::PadDirection, query: &mut gst::QueryRef) -> bool {
+        self.guarded("a query", || false, || self.answer_query(direction, query))
+    }
+
+    fn submit_input_buffer(
+        &self,
+        _is_discont: bool,
+        buf: gst::Buffer,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
+        self.guarded(
+            "a buffer",
+            || Err(gst::FlowError::Error),
+            || self.take_buffer(buf),
+        )
+    }
+
+    fn generate_output(&self) -> Result<GenerateOutputSuccess, gst::FlowError> {
+        self.guarded(
+            "the output",
+            || Err(gst::FlowError::Error),
+            || self.next_buffer_out(),
+        )
+    }
+}
+
+impl VideoFilterImpl for EdgeTamTrack {
+    fn set_info(
+        &self,
+        incaps: &gst::Caps,
+        in_info: &gst_video::VideoInfo,
+        outcaps: &gst::Caps,
+        out_info: &gst_video::VideoInfo,
+    ) -> Result<(), gst::LoggableError> {
+        self.guarded(
+            "new caps",
+            || Err(gst::loggable_error!(CAT, "the element panicked")),
+            || self.apply_caps(incaps, in_info, outcaps, out_info),
+        )
+    }
+}
+
+/// The bodies of the element's calls (each behind [`EdgeTamTrack::guarded`] or
+/// [`EdgeTamTrack::contained`]).
+impl EdgeTamTrack {
+    fn start_tracking(&self) -> Result<(), gst::ErrorMessage> {
         // Reuse freed activation buffers instead of re-faulting them every frame (glibc).
         edgetam_tracker::keep_freed_memory();
         let settings = self.settings();
@@ -1087,7 +1224,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         Ok(())
     }
 
-    fn stop(&self) -> Result<(), gst::ErrorMessage> {
+    fn stop_tracking(&self) -> Result<(), gst::ErrorMessage> {
         self.flushing.store(true, Ordering::SeqCst);
         self.stop_output_thread();
         // Dropping the pipeline stops and joins its threads.
@@ -1097,7 +1234,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         Ok(())
     }
 
-    fn sink_event(&self, event: gst::Event) -> bool {
+    fn handle_sink_event(&self, event: gst::Event) -> bool {
         match event.view() {
             gst::EventView::CustomDownstream(_)
             | gst::EventView::CustomDownstreamOob(_)
@@ -1121,7 +1258,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         self.parent_sink_event(event)
     }
 
-    fn src_event(&self, event: gst::Event) -> bool {
+    fn handle_src_event(&self, event: gst::Event) -> bool {
         match event.view() {
             gst::EventView::CustomUpstream(_) | gst::EventView::CustomBoth(_)
                 if self.prompt_event(&event) =>
@@ -1137,7 +1274,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         self.parent_src_event(event)
     }
 
-    fn query(&self, direction: gst::PadDirection, query: &mut gst::QueryRef) -> bool {
+    fn answer_query(&self, direction: gst::PadDirection, query: &mut gst::QueryRef) -> bool {
         if direction == gst::PadDirection::Src {
             if let gst::QueryViewMut::Latency(_) = query.view_mut() {
                 if !BaseTransformImplExt::parent_query(self, direction, query) {
@@ -1156,11 +1293,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         BaseTransformImplExt::parent_query(self, direction, query)
     }
 
-    fn submit_input_buffer(
-        &self,
-        _is_discont: bool,
-        buf: gst::Buffer,
-    ) -> Result<gst::FlowSuccess, gst::FlowError> {
+    fn take_buffer(&self, buf: gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let settings = self.settings();
         let mut refused = Vec::new();
         let mut guard = lock(&self.state);
@@ -1271,7 +1404,7 @@ impl BaseTransformImpl for EdgeTamTrack {
         Ok(gst::FlowSuccess::Ok)
     }
 
-    fn generate_output(&self) -> Result<GenerateOutputSuccess, gst::FlowError> {
+    fn next_buffer_out(&self) -> Result<GenerateOutputSuccess, gst::FlowError> {
         if lock(&self.output).is_some() {
             // Live mode: the output thread pushes.
             self.changed.notify_all();
@@ -1282,10 +1415,8 @@ impl BaseTransformImpl for EdgeTamTrack {
             None => GenerateOutputSuccess::NoOutput,
         })
     }
-}
 
-impl VideoFilterImpl for EdgeTamTrack {
-    fn set_info(
+    fn apply_caps(
         &self,
         incaps: &gst::Caps,
         in_info: &gst_video::VideoInfo,
