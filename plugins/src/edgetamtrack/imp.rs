@@ -1125,7 +1125,7 @@ impl BaseTransformImpl for EdgeTamTrack {
             || {
                 Err(gst::error_msg!(
                     gst::CoreError::StateChange,
-                    ("start panicked")
+                    ("the element panicked while starting")
                 ))
             },
             || self.start_tracking(),
