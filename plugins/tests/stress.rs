@@ -594,14 +594,14 @@ fn faults() {
     let bus = p.bus().expect("bus");
     // Buffers and EOS offered to the element after the panic: it must refuse them without
     // leaking them (the bindings' own panic guard would keep them).
-    let eos = Arc::new(AtomicBool::new(false));
+    let eos = Arc::new(AtomicU64::new(0));
     {
         let eos = eos.clone();
         t.static_pad("sink").expect("sink pad").add_probe(
             gst::PadProbeType::EVENT_DOWNSTREAM,
             move |_, info| {
                 if matches!(info.event().map(|e| e.type_()), Some(gst::EventType::Eos)) {
-                    eos.store(true, Ordering::SeqCst);
+                    eos.fetch_add(1, Ordering::SeqCst);
                 }
                 gst::PadProbeReturn::Ok
             },
@@ -617,14 +617,10 @@ fn faults() {
     println!("stress: signal handler panic -> element error: {e}");
     // The element refuses the next buffer; the source stops and sends EOS, which the element
     // refuses too.
-    let start = Instant::now();
-    while !eos.load(Ordering::SeqCst) {
-        assert!(
-            start.elapsed() < WAIT,
-            "signal fault: no EOS after the refusal"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        wait_for(&eos, 1, WAIT),
+        "signal fault: no EOS after the refusal"
+    );
     set_state(&p, gst::State::Null, "signal fault");
     // A restart begins from fresh state: buffers flow and are tracked again.
     let _ = errors(&bus);

@@ -189,18 +189,31 @@ impl EdgeTamTrack {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
             Ok(r) => r,
             Err(panic) => {
-                self.panicked.store(true, Ordering::SeqCst);
-                // Drains waiting for pending buffers stop waiting.
-                self.changed.notify_all();
-                gst::element_imp_error!(
-                    self,
-                    gst::LibraryError::Failed,
-                    ("Panicked in {what}: {}", panic_message(&panic)),
-                    ["the element refuses buffers until it is restarted (READY -> PAUSED)"]
+                self.fail_after_panic(
+                    &self.panicked,
+                    &format!("Panicked in {what}: {}", panic_message(&panic)),
                 );
                 fallback()
             }
         }
+    }
+
+    /// Sets a failure flag (`panicked`, `output_failed`) and wakes the drains waiting on
+    /// pending buffers, which stop waiting once it is set.
+    fn mark_failed(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::SeqCst);
+        self.changed.notify_all();
+    }
+
+    /// [`Self::mark_failed`] after a caught panic, posting `text` as the element error.
+    fn fail_after_panic(&self, flag: &AtomicBool, text: &str) {
+        self.mark_failed(flag);
+        gst::element_imp_error!(
+            self,
+            gst::LibraryError::Failed,
+            ("{text}"),
+            ["the element refuses buffers until it is restarted (READY -> PAUSED)"]
+        );
     }
 
     fn settings(&self) -> Settings {
@@ -848,17 +861,13 @@ fn output_loop(weak: &glib::WeakRef<super::EdgeTamTrack>, stop: &AtomicBool) {
             Ok(true) => {}
             Ok(false) => {
                 // An error was posted where it happened (or downstream refused a buffer).
-                imp.output_failed.store(true, Ordering::SeqCst);
-                imp.changed.notify_all();
+                imp.mark_failed(&imp.output_failed);
                 return;
             }
             Err(panic) => {
-                imp.output_failed.store(true, Ordering::SeqCst);
-                imp.changed.notify_all();
-                gst::element_imp_error!(
-                    imp,
-                    gst::LibraryError::Failed,
-                    ("the live output thread panicked: {}", panic_message(&panic))
+                imp.fail_after_panic(
+                    &imp.output_failed,
+                    &format!("the live output thread panicked: {}", panic_message(&panic)),
                 );
                 return;
             }
