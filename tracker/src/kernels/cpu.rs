@@ -226,11 +226,6 @@ fn amx_usable() -> bool {
     request_tile_data()
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-fn amx_usable() -> bool {
-    false
-}
-
 /// Asks Linux for the AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`);
 /// without it the first tile instruction kills the process.
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
