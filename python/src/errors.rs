@@ -191,7 +191,6 @@ pub(crate) enum Failure {
     Pipeline(edgetam_pipeline::Error),
     /// A panic caught by [`guard`]: its message.
     Panic(String),
-    Other(Kind, String),
 }
 
 impl From<edgetam_tracker::Error> for Failure {
@@ -212,7 +211,6 @@ impl Failure {
             Self::Tracker(e) => error(py, tracker_kind(&e), e.to_string()),
             Self::Pipeline(e) => error(py, pipeline_kind(&e), e.to_string()),
             Self::Panic(msg) => error(py, Kind::Base, format!("internal error (panic): {msg}")),
-            Self::Other(kind, msg) => error(py, kind, msg),
         }
     }
 }

@@ -2,7 +2,10 @@
 //! one plane, with the array's row stride.
 
 use edgetam_tracker::{Frame, PixelFormat};
-use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 
 use crate::errors::{error, type_error, Kind};

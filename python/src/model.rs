@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{detached, error, Failure, Kind};
 use crate::frame::ArrayFrame;
-use crate::pipeline::{DropArg, Pipeline};
+use crate::pipeline::{drop_policy, Pipeline};
 use crate::prompts::{points_prompt, BoxArg};
 use crate::results::PreparedObject;
 use crate::tracker::Tracker;
@@ -100,11 +100,12 @@ impl Model {
     fn pipeline(
         slf: &Bound<'_, Self>,
         queue: usize,
-        drop: DropArg,
+        drop: &str,
         encoder_ahead: bool,
         threads: Option<usize>,
     ) -> PyResult<Pipeline> {
-        Pipeline::new(slf, queue, drop.0, encoder_ahead, threads)
+        let policy = drop_policy(slf.py(), drop)?;
+        Pipeline::new(slf, queue, policy, encoder_ahead, threads)
     }
 
     /// Segments one object on a single image (no tracking): a box `(x0, y0, x1, y1)` and/or

@@ -19,23 +19,16 @@ use crate::results::{FrameResult, PreparedFrame};
 const WAKE: Duration = Duration::from_millis(100);
 
 /// A drop policy by name: `"block"`, `"oldest"` or `"newest"`.
-pub(crate) struct DropArg(pub(crate) DropPolicy);
-
-impl<'py> FromPyObject<'_, 'py> for DropArg {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        let name: String = obj.extract()?;
-        match name.trim().to_ascii_lowercase().as_str() {
-            "block" => Ok(Self(DropPolicy::Block)),
-            "oldest" | "drop_oldest" => Ok(Self(DropPolicy::DropOldest)),
-            "newest" | "drop_newest" => Ok(Self(DropPolicy::DropNewest)),
-            other => Err(error(
-                obj.py(),
-                Kind::Input,
-                format!("drop must be \"block\", \"oldest\" or \"newest\", got {other:?}"),
-            )),
-        }
+pub(crate) fn drop_policy(py: Python<'_>, name: &str) -> PyResult<DropPolicy> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "block" => Ok(DropPolicy::Block),
+        "oldest" | "drop_oldest" => Ok(DropPolicy::DropOldest),
+        "newest" | "drop_newest" => Ok(DropPolicy::DropNewest),
+        other => Err(error(
+            py,
+            Kind::Input,
+            format!("drop must be \"block\", \"oldest\" or \"newest\", got {other:?}"),
+        )),
     }
 }
 
