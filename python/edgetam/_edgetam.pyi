@@ -21,7 +21,9 @@ Frame = npt.NDArray[np.uint8]
 MaskArg = Union[npt.NDArray[np.bool_], npt.NDArray[np.uint8]]
 
 def backend() -> str:
-    """Where models run on this machine's CPU, e.g. "cpu" or "cpu avx512"."""
+    """The CPU kernels' instruction-set path: "cpu avx512", "cpu avx2", "cpu neon" or
+    "cpu portable" (the widest this CPU runs, or the one EDGETAM_ISA names; InvalidInputError
+    when EDGETAM_ISA names one that is unknown or beyond this CPU)."""
 
 class Error(Exception):
     """Base class of every error edgetam raises."""
@@ -160,7 +162,8 @@ class Model:
         input_size: Optional[int] = None,
     ) -> Model: ...
     @property
-    def backend(self) -> str: ...
+    def backend(self) -> str:
+        """Where the model runs: "cpu avx512" (etc., as backend()) or "cuda:N"."""
     @property
     def input_size(self) -> int: ...
     @property

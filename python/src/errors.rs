@@ -165,7 +165,7 @@ pub(crate) fn tracker_kind(e: &edgetam_tracker::Error) -> Kind {
         | E::WeightShape { .. }
         | E::UnexpectedWeights { .. }
         | E::Hub(_) => Kind::File,
-        E::InputSize { .. } | E::InvalidDevice(_) | E::Limit(_) => Kind::Input,
+        E::InputSize { .. } | E::InvalidDevice(_) | E::Limit(_) | E::Isa(_) => Kind::Input,
         E::InvalidFrame(_) | E::InvalidImage(_) => Kind::Frame,
         E::InvalidPrompt(_) => Kind::Prompt,
         _ => Kind::Base,
@@ -218,7 +218,8 @@ impl Failure {
 /// Runs `f`, turning a panic into [`Failure::Panic`]: a panic must not cross into Python (pyo3
 /// would raise its `PanicException`, a `BaseException` that `except Exception` misses).
 pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(Failure::Panic(message(&*payload))))
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(Failure::Panic(message(&*payload))))
 }
 
 fn message(payload: &(dyn Any + Send)) -> String {

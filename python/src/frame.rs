@@ -83,7 +83,13 @@ impl<'py> ArrayFrame<'py> {
             .cast::<PyArrayDyn<u8>>()
             .map_err(|e| bad(e.to_string()))?
             .try_readonly()
-            .map_err(|e| error(py, Kind::Frame, format!("the frame is borrowed mutably: {e}")))?;
+            .map_err(|e| {
+                error(
+                    py,
+                    Kind::Frame,
+                    format!("the frame is borrowed mutably: {e}"),
+                )
+            })?;
         Ok(Self {
             array,
             width,
@@ -134,7 +140,9 @@ fn pixel_format(format: Option<&str>, channels: usize) -> Result<PixelFormat, St
         (None | Some("rgba") | Some("rgbx"), 4) => Ok(PixelFormat::Rgba8),
         (Some("bgra") | Some("bgrx"), 4) => Ok(PixelFormat::Bgra8),
         (None | Some("gray") | Some("grey"), 1) => Ok(PixelFormat::Gray8),
-        (Some(f), c) if ["rgb", "bgr", "rgba", "rgbx", "bgra", "bgrx", "gray", "grey"].contains(&f) => {
+        (Some(f), c)
+            if ["rgb", "bgr", "rgba", "rgbx", "bgra", "bgrx", "gray", "grey"].contains(&f) =>
+        {
             Err(format!(
                 "format {f:?} does not fit an array with {c} channel(s) ((H, W, 3): rgb or bgr; \
                  (H, W, 4): rgba or bgra; (H, W): gray)"

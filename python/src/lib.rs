@@ -16,16 +16,23 @@ mod tracker;
 
 use pyo3::prelude::*;
 
-/// Where models run on this machine's CPU: `"cpu"`, with the instruction-set path the kernels
-/// take when the tracker reports one.
+/// Where models run on this machine's CPU: `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or
+/// `"cpu portable"`, the instruction-set path the CPU kernels take (the widest this CPU has, or
+/// the one `EDGETAM_ISA` names). Raises `InvalidInputError` when `EDGETAM_ISA` names a path that
+/// is unknown or that this CPU lacks (loading a model then fails the same way).
 #[pyfunction(name = "backend")]
-fn py_backend() -> String {
-    crate::backend()
+fn py_backend(py: Python<'_>) -> PyResult<String> {
+    edgetam_tracker::isa()
+        .map(|isa| cpu_backend(Some(isa)))
+        .map_err(|e| errors::Failure::from(edgetam_tracker::Error::from(e)).into_py(py))
 }
 
-/// The CPU backend's name.
-pub(crate) fn backend() -> String {
-    "cpu".to_string()
+/// The CPU backend's name: `"cpu <isa>"`, or `"cpu"` when the instruction set is not known.
+pub(crate) fn cpu_backend(isa: Option<edgetam_tracker::Isa>) -> String {
+    match isa {
+        Some(isa) => format!("cpu {isa}"),
+        None => "cpu".to_string(),
+    }
 }
 
 #[pymodule]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use edgetam_tracker::{
-    mask_area_and_box, EdgeTam, LoadOptions, Mask, MultimaskMode, ModelSource, ObjectResult,
+    mask_area_and_box, EdgeTam, LoadOptions, Mask, ModelSource, MultimaskMode, ObjectResult,
     Precision,
 };
 use pyo3::prelude::*;
@@ -58,7 +58,8 @@ impl Model {
             Ok(model)
         })?;
         let backend = match device {
-            candle_core::Device::Cpu => crate::backend(),
+            // The load checked `isa()` (a bad EDGETAM_ISA fails it), so this is the path taken.
+            candle_core::Device::Cpu => crate::cpu_backend(edgetam_tracker::isa().ok()),
             _ => device_spec,
         };
         Ok(Self {
@@ -67,8 +68,8 @@ impl Model {
         })
     }
 
-    /// Where the model runs: `"cpu"` (with the CPU's instruction-set path when known) or
-    /// `"cuda:N"`.
+    /// Where the model runs: `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or `"cpu portable"` (the
+    /// CPU kernels' instruction-set path), or `"cuda:N"`.
     #[getter]
     fn backend(&self) -> &str {
         &self.backend

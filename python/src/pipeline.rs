@@ -97,7 +97,9 @@ impl Pipeline {
     /// pipeline is finished and drained.
     fn next_output(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Output>> {
         let deadline = match timeout {
-            Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
+            Some(t) if t.is_finite() && t >= 0.0 => {
+                Some(Instant::now() + Duration::from_secs_f64(t))
+            }
             Some(t) => {
                 return Err(error(
                     py,
@@ -239,9 +241,8 @@ impl Pipeline {
         let view = ArrayFrame::new(frame, format)?;
         let mut frame = view.frame();
         if let Some(t) = timestamp {
-            let t = Duration::try_from_secs_f64(t).map_err(|e| {
-                error(py, Kind::Input, format!("timestamp {t} s: {e}"))
-            })?;
+            let t = Duration::try_from_secs_f64(t)
+                .map_err(|e| error(py, Kind::Input, format!("timestamp {t} s: {e}")))?;
             frame = frame.with_timestamp(t);
         }
         let p = self.get(py)?;

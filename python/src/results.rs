@@ -128,11 +128,7 @@ pub(crate) struct PreparedFrame {
 impl PreparedFrame {
     /// Converts the masks (run it with the GIL released).
     pub(crate) fn new(r: &edgetam_tracker::FrameResult) -> Self {
-        let objects = r
-            .objects
-            .iter()
-            .map(PreparedObject::new)
-            .collect();
+        let objects = r.objects.iter().map(PreparedObject::new).collect();
         Self {
             frame_index: r.frame_index,
             width: r.width,
