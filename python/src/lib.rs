@@ -47,5 +47,6 @@ fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<results::ObjectResult>()?;
     m.add_function(wrap_pyfunction!(py_backend, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_rust_track_times, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_result_conversion_times, m)?)?;
     Ok(())
 }
