@@ -243,3 +243,13 @@ pub(crate) fn detached<T: Send>(
 pub(crate) fn type_error(message: impl Into<String>) -> PyErr {
     PyTypeError::new_err(message.into())
 }
+
+/// Panics inside [`detached`], as a model call that hit a bug would: the test suite checks that
+/// this raises `edgetam.Error` (not pyo3's `PanicException`) and that the module keeps working.
+/// Not public API.
+#[pyfunction]
+pub(crate) fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+    detached(py, || -> Result<(), Failure> {
+        panic!("deliberate panic for the test suite")
+    })
+}

@@ -37,6 +37,10 @@ pub(crate) fn cpu_backend(isa: Option<edgetam_tracker::Isa>) -> String {
 
 #[pymodule]
 fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // As the CLI and the GStreamer plugin do first thing: RAYON_NUM_THREADS to the core count
+    // and candle's spin limit, where the caller set neither (8-10 % of a tracked frame on 2
+    // cores, README "Pipeline (library)"). At import, before any model exists or runs.
+    edgetam_tracker::pin_default_threads();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<model::Model>()?;
@@ -48,5 +52,6 @@ fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_backend, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_rust_track_times, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_result_conversion_times, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     Ok(())
 }

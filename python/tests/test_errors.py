@@ -3,6 +3,10 @@ OSError, with the Rust message) and the tracker keeps working afterwards."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -172,3 +176,36 @@ def test_version_and_backend(model):
     assert edgetam.backend() in ("cpu avx512", "cpu avx2", "cpu neon", "cpu portable")
     assert model.backend == edgetam.backend()
     assert model.input_size == 256 and model.precision == "f32"
+
+
+def test_panic_becomes_edgetam_error(tracker, sequence, reference):
+    """A panic in Rust code run by a call is caught: edgetam.Error with its message, not pyo3's
+    PanicException (a BaseException that `except Exception` misses); the module keeps working."""
+    from edgetam import _edgetam
+
+    with pytest.raises(edgetam.Error, match="internal error \\(panic\\): deliberate panic"):
+        _edgetam._panic_for_test()
+    still_works(tracker, sequence, reference)
+
+
+def test_bad_edgetam_isa():
+    """EDGETAM_ISA naming a path this CPU cannot run: backend() and Model.load raise
+    InvalidInputError with the Rust message (read once per process, hence a child process)."""
+    code = "\n".join(
+        [
+            "import edgetam",
+            "for call in (edgetam.backend, lambda: edgetam.Model.load(%r, input_size=256)):"
+            % str(FIXTURES / "model"),
+            "    try:",
+            "        call()",
+            "    except edgetam.InvalidInputError as e:",
+            "        print('raised:', e)",
+        ]
+    )
+    env = {**os.environ, "EDGETAM_ISA": "sse9"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out
+    assert all(line.startswith("raised: EDGETAM_ISA=\"sse9\"") for line in lines), lines
