@@ -36,7 +36,7 @@ rm -rf target/wheels/edgetam-*.whl
   --interpreter "$venv/bin/python"
 wheel=$(ls target/wheels/edgetam-*.whl)
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
-echo "wheel $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB; build: $((SECONDS - start)) s"
+echo "wheel $(basename "$wheel"): $(stat -c %s "$wheel") bytes; build: $((SECONDS - start)) s"
 set +e
 # Run from outside python/ so `import edgetam` is the installed wheel, not the source folder.
 (cd python/tests && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs .)

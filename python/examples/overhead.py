@@ -70,7 +70,7 @@ def main() -> None:
     tracked = frames[np.arange(per_round) % len(frames)]
     h, w = frames.shape[1:3]
     ms = lambda t: f"{t * 1e3:.2f} ms"  # noqa: E731
-    us = lambda t: f"{t * 1e6:.1f} us"  # noqa: E731
+    us = lambda t: f"{t * 1e6:.2f} us"  # noqa: E731
 
     # 1. Tracked calls; the first call of each run is the prompted frame, left out.
     rust, python = [], []
