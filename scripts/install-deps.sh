@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages edgetam-rs needs on Debian 12 (idempotent; run as root or with sudo).
-# The Rust toolchain itself (rustc/cargo >= 1.89, the workspace's rust-version) must come from rustup:
+# The Rust toolchain itself (rustc/cargo >= 1.94, the workspace's rust-version) must come from rustup:
 # Debian 12's cargo is too old.
 set -euo pipefail
 
@@ -34,10 +34,11 @@ else
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust >= 1.89 with rustup (https://rustup.rs), then re-run." >&2
+  echo "error: cargo not found. Install Rust >= 1.94 with rustup (https://rustup.rs), then re-run." >&2
   exit 1
 fi
-# The workspace's rust-version: the oldest toolchain that builds it (CI builds the tracker with it).
+# The workspace's rust-version: the oldest toolchain that builds it (CI checks the library crates
+# with it; 1.93 stops in candle-core, which calls `__cpuid_count` as a safe function).
 need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")
 have=$(rustc --version | awk '{print $2}')
 if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then

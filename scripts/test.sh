@@ -42,6 +42,16 @@ if [ "${SKIP_CUDA_BUILD:-0}" != 1 ]; then
   GPU_CUDA_MAJOR=12 bash scripts/build-gpu-bundle.sh
   echo "cuda linked build (gpu-bundle): $((SECONDS - bundle_start)) s"
 fi
+# The minimum Rust the workspace declares (rust-version) must really build the library crates:
+# a dependency that raises its own minimum shows up here, not on a user's machine.
+msrv_start=$SECONDS
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+rustup toolchain list | grep -q "^$msrv-" || rustup toolchain install "$msrv" --profile minimal
+msrv_target=/var/cache/edgetam-ci/msrv-target
+mkdir -p "$msrv_target" 2>/dev/null && [ -w "$msrv_target" ] || msrv_target=target/msrv
+CARGO_TARGET_DIR=$msrv_target cargo "+$msrv" check --release --locked \
+  -p edgetam-tracker -p edgetam-pipeline -p edgetam --lib
+echo "msrv (Rust $msrv) check: $((SECONDS - msrv_start)) s"
 log=$(mktemp)
 log13=$(mktemp)
 logpy=$(mktemp)
@@ -49,6 +59,19 @@ trap 'rm -f "$log" "$log13" "$logpy"' EXIT
 set +e
 cargo test --release --workspace --features "$FEATURES" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Every narrower instruction set this CPU runs (EDGETAM_ISA=avx2, =portable on an AVX-512
+# machine): the kernel and parity tests again on each path, the test binaries above reused.
+isas_start=$SECONDS
+FEATURES="$FEATURES" bash scripts/test-isas.sh 2>&1 | tee -a "$log"
+isas=${PIPESTATUS[0]}
+echo "narrower ISAs (kernel + parity tests): $((SECONDS - isas_start)) s"
+if [ "$status" -eq 0 ]; then status=$isas; fi
+# ARM64: cross-built, linted, kernel and small parity tests under qemu (scripts/test-aarch64.sh).
+aarch64_start=$SECONDS
+bash scripts/test-aarch64.sh 2>&1 | tee -a "$log"
+aarch64=${PIPESTATUS[0]}
+echo "aarch64 (cross build + qemu tests): $((SECONDS - aarch64_start)) s"
+if [ "$status" -eq 0 ]; then status=$aarch64; fi
 set -e
 # The plugin against GStreamer 1.26 (features v1_24 and v1_26: analytics metas, the stock
 # objectdetectionoverlay, a PyGObject client) in a Debian 13 root, cached under
