@@ -64,7 +64,11 @@ impl<'py> ArrayFrame<'py> {
             _ => false,
         };
         let row_bytes = width.saturating_mul(channels);
-        let stride = usize::try_from(strides[0]).unwrap_or(0);
+        // The row stride (axis 0); a negative one was refused above as not `packed`.
+        let stride = strides
+            .first()
+            .and_then(|&s| usize::try_from(s).ok())
+            .unwrap_or(0);
         if height > 0 && width > 0 && (!packed || (height > 1 && stride < row_bytes)) {
             return Err(bad(format!(
                 "a frame's pixels must be contiguous within each row (strides (S, {channels}, 1) \
