@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use crate::errors::{detached, error, Failure, Kind};
 use crate::frame::ArrayFrame;
 use crate::model::Model;
-use crate::prompts::{mask_prompt, points_prompt, BoxArg};
+use crate::prompts::{mask_prompt, object_id, points_prompt, BoxArg};
 use crate::results::{FrameResult, PreparedFrame};
 
 /// How often a waiting `recv` wakes to let Ctrl-C (and `close` from another thread) in.
@@ -250,7 +250,8 @@ impl Pipeline {
     }
 
     /// Prompts object `obj` with a box `(x0, y0, x1, y1)` from the next pushed frame on.
-    fn add_box(&self, py: Python<'_>, obj: u32, r#box: BoxArg) -> PyResult<()> {
+    fn add_box(&self, py: Python<'_>, obj: i64, r#box: BoxArg) -> PyResult<()> {
+        let obj = object_id(py, obj)?;
         let prompt = points_prompt(py, None, Some(r#box))?;
         self.add(py, obj, prompt.into())
     }
@@ -261,23 +262,26 @@ impl Pipeline {
     fn add_points(
         &self,
         py: Python<'_>,
-        obj: u32,
+        obj: i64,
         points: &Bound<'_, PyAny>,
         r#box: Option<BoxArg>,
     ) -> PyResult<()> {
+        let obj = object_id(py, obj)?;
         let prompt = points_prompt(py, Some(points), r#box)?;
         self.add(py, obj, prompt.into())
     }
 
     /// Prompts object `obj` with a mask (2-D bool or uint8, the frame's size) from the next
     /// pushed frame on.
-    fn add_mask(&self, py: Python<'_>, obj: u32, mask: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn add_mask(&self, py: Python<'_>, obj: i64, mask: &Bound<'_, PyAny>) -> PyResult<()> {
+        let obj = object_id(py, obj)?;
         let mask = mask_prompt(py, mask)?;
         self.add(py, obj, mask.into())
     }
 
     /// Stops tracking object `obj` from the next pushed frame on.
-    fn remove(&self, py: Python<'_>, obj: u32) -> PyResult<()> {
+    fn remove(&self, py: Python<'_>, obj: i64) -> PyResult<()> {
+        let obj = object_id(py, obj)?;
         self.command(py, |p| p.remove_object(obj))
     }
 

@@ -8,6 +8,24 @@ use pyo3::prelude::*;
 use crate::errors::{error, type_error, Kind};
 use crate::frame::type_name;
 
+/// An object id from Python: 0 to 2^32 - 1, else `InvalidPromptError` (a `ValueError`, where
+/// pyo3's own conversion would raise `OverflowError`).
+pub(crate) fn object_id(py: Python<'_>, obj: i64) -> PyResult<u32> {
+    u32::try_from(obj).map_err(|_| {
+        error(
+            py,
+            Kind::Prompt,
+            format!("object id {obj} is out of range: ids are 0 to {}", u32::MAX),
+        )
+    })
+}
+
+/// A frame index from Python: >= 0, else `InvalidPromptError`.
+pub(crate) fn frame_index(py: Python<'_>, frame: i64) -> PyResult<u64> {
+    u64::try_from(frame)
+        .map_err(|_| error(py, Kind::Prompt, format!("frame index {frame} is negative")))
+}
+
 /// A box `(x0, y0, x1, y1)` in frame pixels.
 pub(crate) type BoxArg = (f32, f32, f32, f32);
 

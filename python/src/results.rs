@@ -62,7 +62,8 @@ impl FrameResult {
     }
 
     /// The result of object `id`, or `None` if it is not tracked.
-    fn get(&self, py: Python<'_>, id: u32) -> Option<Py<ObjectResult>> {
+    fn get(&self, py: Python<'_>, id: i64) -> Option<Py<ObjectResult>> {
+        let id = u32::try_from(id).ok()?;
         self.objects
             .iter()
             .find(|o| o.get().id == id)

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use crate::errors::{detached, error, Failure, Kind};
 use crate::frame::ArrayFrame;
 use crate::model::Model;
-use crate::prompts::{mask_prompt, points_prompt, BoxArg};
+use crate::prompts::{frame_index, mask_prompt, object_id, points_prompt, BoxArg};
 use crate::results::{FrameResult, PreparedFrame};
 
 /// One video stream: objects, their prompts and memories. Made by `Model.tracker()`.
@@ -56,7 +56,8 @@ fn lock(m: &Mutex<edgetam_tracker::Tracker>) -> MutexGuard<'_, edgetam_tracker::
 impl Tracker {
     /// Prompts object `obj` (new or existing) with a box `(x0, y0, x1, y1)` in pixels on frame
     /// `frame` (the next frame, `next_frame`, or the current one).
-    fn add_box(&self, py: Python<'_>, obj: u32, frame: u64, r#box: BoxArg) -> PyResult<()> {
+    fn add_box(&self, py: Python<'_>, obj: i64, frame: i64, r#box: BoxArg) -> PyResult<()> {
+        let (obj, frame) = (object_id(py, obj)?, frame_index(py, frame)?);
         let prompt = points_prompt(py, None, Some(r#box))?;
         self.add(py, obj, frame, prompt.into())
     }
@@ -67,11 +68,12 @@ impl Tracker {
     fn add_points(
         &self,
         py: Python<'_>,
-        obj: u32,
-        frame: u64,
+        obj: i64,
+        frame: i64,
         points: &Bound<'_, PyAny>,
         r#box: Option<BoxArg>,
     ) -> PyResult<()> {
+        let (obj, frame) = (object_id(py, obj)?, frame_index(py, frame)?);
         let prompt = points_prompt(py, Some(points), r#box)?;
         self.add(py, obj, frame, prompt.into())
     }
@@ -81,17 +83,19 @@ impl Tracker {
     fn add_mask(
         &self,
         py: Python<'_>,
-        obj: u32,
-        frame: u64,
+        obj: i64,
+        frame: i64,
         mask: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let (obj, frame) = (object_id(py, obj)?, frame_index(py, frame)?);
         let mask = mask_prompt(py, mask)?;
         self.add(py, obj, frame, mask.into())
     }
 
     /// Stops tracking object `obj` and forgets its memory; `InvalidPromptError` if it is not
     /// tracked.
-    fn remove(&self, py: Python<'_>, obj: u32) -> PyResult<()> {
+    fn remove(&self, py: Python<'_>, obj: i64) -> PyResult<()> {
+        let obj = object_id(py, obj)?;
         if self.with(py, |t| Ok(t.remove_object(obj)))? {
             Ok(())
         } else {

@@ -120,6 +120,9 @@ BAD_PROMPTS = {
     "mask size": (lambda t: t.add_mask(2, 2, np.ones((10, 10), bool)), "outside|size|10x10"),
     "mask dtype": (lambda t: t.add_mask(2, 2, np.ones((160, 240), np.float32)), "bool or uint8"),
     "mask 3-D": (lambda t: t.add_mask(2, 2, np.ones((160, 240, 1), bool)), "2-D"),
+    "negative object": (lambda t: t.add_box(-1, 2, (1, 1, 5, 5)), "object id -1 is out of range"),
+    "object id above u32": (lambda t: t.remove(2**32), "out of range"),
+    "negative frame": (lambda t: t.add_points(2, -3, [(5, 5)]), "frame index -3 is negative"),
 }
 
 
