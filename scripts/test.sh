@@ -54,7 +54,8 @@ CARGO_TARGET_DIR=$msrv_target cargo "+$msrv" check --release --locked \
 echo "msrv (Rust $msrv) check: $((SECONDS - msrv_start)) s"
 log=$(mktemp)
 log13=$(mktemp)
-trap 'rm -f "$log" "$log13"' EXIT
+logpy=$(mktemp)
+trap 'rm -f "$log" "$log13" "$logpy"' EXIT
 set +e
 cargo test --release --workspace --features "$FEATURES" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
@@ -97,11 +98,23 @@ bash scripts/fuzz.sh
 fuzz_status=$?
 set -e
 echo "fuzz: $((SECONDS - fuzz_start)) s"
+# The Python package (python/): its abi3 wheel built with maturin and installed into a venv
+# cached under /var/cache/edgetam-ci, then its pytest suite (parity with the CLI built above, bad
+# inputs, threads, memory). Warm: ~1-2 min; cold adds the venv (~1 min) and the module's build.
+python_start=$SECONDS
+set +e
+EDGETAM_CLI_FEATURES="$FEATURES" bash scripts/test-python.sh 2>&1 | tee "$logpy"
+python_status=${PIPESTATUS[0]}
+set -e
+# pytest -q's closing line, e.g. "43 passed in 61.20s".
+python_summary=$(grep -E '^[0-9]+ (passed|failed|error)|[0-9]+ (passed|failed|errors?) in ' "$logpy" | tail -n 1 || true)
+echo "python: ${python_summary:-no pytest summary}; $((SECONDS - python_start)) s"
+if [ "$status" -eq 0 ] && [ "$python_status" -ne 0 ]; then status=$python_status; fi
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
-echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26)"
+echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26), python: ${python_summary:-none}"
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
   echo "fuzz: a target found something (fuzz/artifacts/)"
   status=$fuzz_status
