@@ -6,15 +6,30 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use candle_core::Device;
-use edgetam_tracker::checks::sequence::{run, Mode, SequenceFixture};
+use edgetam_tracker::checks::sequence::{run, Event, Mode, SequenceFixture};
 use edgetam_tracker::{EdgeTam, LoadOptions, Weights};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
+/// `EDGETAM_SEQUENCE_FRAMES=N` keeps the events of the first `N` frames only: under emulation
+/// (the ARM64 tests run in qemu, ~50x slower) a whole sequence takes minutes.
+fn load(dir: &str) -> SequenceFixture {
+    let mut fx = SequenceFixture::load(fixtures().join(dir)).expect("sequence fixture");
+    let keep = std::env::var("EDGETAM_SEQUENCE_FRAMES").ok();
+    if let Some(n) = keep.and_then(|v| v.trim().parse::<u64>().ok()) {
+        fx.events.retain(|ev| match ev {
+            Event::Prompt { frame, .. }
+            | Event::Track { frame, .. }
+            | Event::Refresh { frame, .. } => *frame < n,
+        });
+    }
+    fx
+}
+
 fn check(dir: &str, mode: Mode) {
-    let fx = SequenceFixture::load(fixtures().join(dir)).expect("sequence fixture");
+    let fx = load(dir);
     let base =
         Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
     let model = Arc::new(fx.model(&base, &Device::Cpu).expect("model"));
@@ -25,7 +40,7 @@ fn check(dir: &str, mode: Mode) {
 /// 1024 checkpoint (`fixtures/model`, config untouched) loaded with `LoadOptions::input_size`,
 /// the path users take; its derived config must be the one the reference ran with.
 fn check_at_input_size(dir: &str, mode: Mode) {
-    let fx = SequenceFixture::load(fixtures().join(dir)).expect("sequence fixture");
+    let fx = load(dir);
     let size = fx.config.image_size;
     let options = LoadOptions::default().input_size(size);
     let model = EdgeTam::load_with(fixtures().join("model"), &Device::Cpu, &options)
