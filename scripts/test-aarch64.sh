@@ -64,7 +64,10 @@ qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release
 test_start=$SECONDS
 status=0
 # Kernel tests at every ISA an ARM64 CPU has (NEON, portable): each test walks them itself.
-cargo test --release --locked --target "$TARGET" -p edgetam-tracker --lib kernels:: || status=$?
+# The memory-attention-sized attention check (4096 x 4096) took 252 s of the 283 emulated; the
+# NEON products and softmax are checked on the small and odd shapes.
+cargo test --release --locked --target "$TARGET" -p edgetam-tracker --lib kernels:: \
+  -- --skip fused_matches_unfused_memory_attention_shapes || status=$?
 # Parity against the committed reference fixtures at 256, the tolerances of the x86 tests.
 cargo test --release --locked --target "$TARGET" -p edgetam-tracker \
   --test vision_parity --test decoder_parity --test memory_parity --test memory_attention_parity \
