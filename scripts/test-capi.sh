@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Tests the C ABI (capi/) as C and C++ users get it: builds the library, installs it into a
+# temporary prefix, compiles the C and C++ test programs with gcc / g++ through
+# `pkg-config --cflags --libs edgetam`, runs them on the committed fixture model and sequence
+# (fixtures/model, fixtures/sequence_256 at input 256), compares every mask and score with the
+# Rust library's byte for byte, checks the bad-input cases, and runs the programs under
+# valgrind's memcheck (no error, no definite leak). Ends with `capi: N passed, M failed`.
+#
+# VALGRIND_OUTPUTS (default 7: through the mask prompt of the object added mid-stream on frame 5)
+# bounds the frames run under valgrind, where the model is ~50x slower.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+passed=0
+failed=0
+pass() { echo "capi ok: $1"; passed=$((passed + 1)); }
+fail() { echo "capi FAIL: $1"; failed=$((failed + 1)); }
+# `check NAME COMMAND...`: one test, its output shown.
+check() {
+  local name=$1
+  shift
+  if "$@"; then pass "$name"; else fail "$name"; fi
+}
+finish() {
+  echo "capi time: $((SECONDS - start)) s"
+  echo "capi: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit $?
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+model=fixtures/model
+export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
+
+# Rust side: the unit tests (the committed header must be what cbindgen generates, the guard,
+# the ABI overhead test is #[ignore]d) and the reference writer.
+log=$work/cargo-test.log
+cargo test --release -p edgetam-capi 2>&1 | tee "$log"
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail "cargo test -p edgetam-capi"; fi
+read -r rust_passed rust_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
+  if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
+passed=$((passed + rust_passed))
+failed=$((failed + rust_failed))
+if ! cargo build --release -p edgetam-capi --example reference; then
+  fail "build the reference writer"
+  finish
+fi
+check "install into a temporary prefix" bash scripts/install-capi.sh "$prefix"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+export LD_LIBRARY_PATH=$prefix/lib
+check "pkg-config knows edgetam" pkg-config --exists edgetam
+flags=$(pkg-config --cflags --libs edgetam)
+echo "pkg-config --cflags --libs edgetam: $flags"
+
+# The programs, against the installed library only.
+cc_flags=(-O2 -g -Wall -Wextra -Werror)
+# shellcheck disable=SC2086 # $flags is a list of compiler flags
+check "gcc track.c" gcc -std=c11 "${cc_flags[@]}" capi/tests/c/track.c -o "$work/track_c" $flags
+# shellcheck disable=SC2086
+check "gcc errors.c" gcc -std=c11 "${cc_flags[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c" $flags
+# shellcheck disable=SC2086
+check "g++ track.cpp" g++ -std=c++17 "${cc_flags[@]}" capi/tests/cpp/track.cpp -o "$work/track_cpp" $flags
+# shellcheck disable=SC2086
+check "gcc errors.c, static libedgetam.a" gcc -std=c11 "${cc_flags[@]}" -pthread \
+  capi/tests/c/errors.c -o "$work/errors_static" $(pkg-config --cflags edgetam) \
+  "$prefix/lib/libedgetam.a" $(pkg-config --static --libs-only-l edgetam | sed 's/-ledgetam//')
+check "the shared library has its soname" \
+  bash -c "readelf -d '$prefix/lib/libedgetam.so' | grep -q 'SONAME.*libedgetam.so.0'"
+
+# The Rust library's results on the case, then the C and C++ programs', byte for byte.
+case_dir=$work/case
+check "reference (Rust) results" target/release/examples/reference "$model" fixtures/sequence_256 "$case_dir"
+compare() { # compare NAME PREFIX: the program's text and masks equal the reference's
+  check "$1: results equal Rust's ($(grep -c '^  obj' "$case_dir/expected.txt") objects' scores, boxes)" \
+    cmp "$2.txt" "$case_dir/expected.txt"
+  check "$1: masks equal Rust's ($(stat -c %s "$case_dir/expected.masks") bytes)" \
+    cmp "$2.masks" "$case_dir/expected.masks"
+}
+if [ -x "$work/track_c" ] && check "C program runs" "$work/track_c" "$model" "$case_dir" "$work/c" 256; then
+  compare C "$work/c"
+fi
+if [ -x "$work/track_cpp" ] && check "C++ program runs" "$work/track_cpp" "$model" "$case_dir" "$work/cpp" 256; then
+  compare C++ "$work/cpp"
+fi
+# Each bad-input case counts as a test.
+for program in errors_c errors_static; do
+  [ -x "$work/$program" ] || continue
+  "$work/$program" "$model" > "$work/$program.log" 2>&1
+  code=$?
+  grep -E '^(ok|FAIL) - ' "$work/$program.log" | sed "s/^/$program: /"
+  passed=$((passed + $(grep -c '^ok - ' "$work/$program.log")))
+  failed=$((failed + $(grep -c '^FAIL - ' "$work/$program.log")))
+  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/$program.log"; then
+    cat "$work/$program.log"
+    fail "$program exited with $code"
+  fi
+done
+
+# Memcheck: no error, no definite leak. The suppressions file lists only what is shown to be
+# global state of Rust's std / rayon (see its comments).
+if command -v valgrind > /dev/null; then
+  n=${VALGRIND_OUTPUTS:-7}
+  memcheck() { # memcheck NAME COMMAND...
+    local name=$1
+    shift
+    if valgrind --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
+      --errors-for-leak-kinds=definite --suppressions=capi/tests/valgrind.supp \
+      --log-file="$work/$name.vg" "$@" > "$work/$name.out" 2>&1; then
+      pass "valgrind $name: $(grep -E 'ERROR SUMMARY' "$work/$name.vg" | sed 's/^==[0-9]*== //')"
+    else
+      cat "$work/$name.out" "$work/$name.vg"
+      fail "valgrind $name"
+    fi
+    grep -E 'definitely lost|ERROR SUMMARY' "$work/$name.vg" | sed "s/^==[0-9]*==/valgrind $name:/"
+  }
+  [ -x "$work/track_c" ] && memcheck track_c "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$n"
+  [ -x "$work/track_cpp" ] && memcheck track_cpp "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 "$n"
+  [ -x "$work/errors_c" ] && memcheck errors_c "$work/errors_c" "$model"
+else
+  fail "valgrind is not installed (scripts/install-deps.sh)"
+fi
+finish
