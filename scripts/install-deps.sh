@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages edgetam-rs needs on Debian 12 (idempotent; run as root or with sudo).
-# The Rust toolchain itself (rustc/cargo >= 1.85) must come from rustup: Debian 12's cargo is too old.
+# The Rust toolchain itself (rustc/cargo >= 1.89, the workspace's rust-version) must come from rustup:
+# Debian 12's cargo is too old.
 set -euo pipefail
 
 # libopencv-dev, clang and libclang-dev: the `opencv` feature (the opencv crate binds with libclang).
@@ -31,10 +32,11 @@ else
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust >= 1.85 with rustup (https://rustup.rs), then re-run." >&2
+  echo "error: cargo not found. Install Rust >= 1.89 with rustup (https://rustup.rs), then re-run." >&2
   exit 1
 fi
-need="1.85"
+# The workspace's rust-version: the oldest toolchain that builds it (CI builds the tracker with it).
+need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")
 have=$(rustc --version | awk '{print $2}')
 if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
   echo "error: rustc $have is older than $need; run 'rustup update'." >&2

@@ -479,7 +479,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
     let runs = args.objects.len() * modes.len() * dtypes.len();
-    let cpu = CpuInfo::read().describe();
+    let cpu = format!(
+        "{}\nkernels: {}",
+        CpuInfo::read().describe(),
+        crate::kernel_path()?
+    );
     let mut reports = Vec::new();
     for size in sizes {
         let mut model = crate::load_model(&args.model, size)?;
@@ -745,6 +749,7 @@ fn machine() -> serde_json::Value {
         "cpu_model": cpu.model,
         "microarchitecture": cpu.microarchitecture(),
         "isa": cpu.isa,
+        "kernel_isa": edgetam::tracker::isa().map(|i| i.name()).unwrap_or("invalid EDGETAM_ISA"),
         "logical_cpus": logical,
         "implementation": "edgetam-rs",
     })

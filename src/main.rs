@@ -47,6 +47,9 @@ enum Command {
     /// the stream reset on a schedule; samples RSS and open file descriptors (CSV, JSON, SVG).
     #[command(after_help = soak::AFTER_HELP)]
     Soak(soak::SoakArgs),
+    /// Which vector instruction set the CPU kernels take here (avx512, avx2, neon, portable)
+    /// and which this CPU can run; `EDGETAM_ISA=<name>` caps it.
+    Cpu,
 }
 
 #[derive(Args)]
@@ -135,6 +138,9 @@ fn parse_point(s: &str) -> std::result::Result<Point, String> {
 /// random weights). The size is checked before anything is read or downloaded.
 pub(crate) fn load_model(args: &ModelArgs, input_size: Option<usize>) -> Result<EdgeTam> {
     let device = parse_device(&args.device)?;
+    if device.is_cpu() {
+        eprintln!("kernels: {}", kernel_path()?);
+    }
     let options = match input_size {
         Some(n) => {
             // Fail on a size the model cannot take before a download or a load.
@@ -165,6 +171,22 @@ pub(crate) fn load_model(args: &ModelArgs, input_size: Option<usize>) -> Result<
     };
     eprintln!("loaded {spec}{from} in {:.2} s", t.elapsed().as_secs_f64());
     Ok(model)
+}
+
+/// The CPU kernels' instruction set and where it comes from, e.g. `avx2 (EDGETAM_ISA; this CPU
+/// runs avx512, avx2, portable)`; an error when `EDGETAM_ISA` names one this CPU cannot run.
+pub(crate) fn kernel_path() -> Result<String> {
+    let isa = edgetam::tracker::isa()?;
+    let runs: Vec<&str> = edgetam::tracker::available_isas()
+        .iter()
+        .map(|i| i.name())
+        .collect();
+    let from = if std::env::var_os("EDGETAM_ISA").is_some() {
+        "EDGETAM_ISA; "
+    } else {
+        ""
+    };
+    Ok(format!("{isa} ({from}this CPU runs {})", runs.join(", ")))
 }
 
 /// A reader for the image at `path`, its format guessed from its content.
@@ -386,6 +408,10 @@ fn main() -> ExitCode {
         Command::Check(args) => check(args),
         Command::Bench(args) => bench::bench(args).map(|_| true),
         Command::Soak(args) => soak::soak(args),
+        Command::Cpu => kernel_path().map(|path| {
+            println!("cpu kernels: {path}");
+            true
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

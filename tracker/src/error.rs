@@ -57,6 +57,9 @@ pub enum Error {
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// `EDGETAM_ISA` names an instruction set that is unknown or that this CPU lacks.
+    #[error(transparent)]
+    Isa(#[from] crate::kernels::cpu::IsaError),
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),

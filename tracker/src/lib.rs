@@ -45,6 +45,7 @@ pub use frame::mat::{pixel_format_of, MatError};
 pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
 pub use instrument::allocator::keep_freed_memory;
 pub use instrument::timings::StageTimes;
+pub use kernels::cpu::{available_isas, isa, Isa, IsaError};
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
 pub use limits::LimitError;
 pub use model::config::{EdgeTamConfig, MAX_INPUT_SIZE, MIN_INPUT_SIZE};

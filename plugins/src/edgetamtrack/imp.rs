@@ -272,10 +272,20 @@ impl EdgeTamTrack {
         gst::info!(
             CAT,
             imp = self,
-            "{} {} in {:.2} s",
+            "{} {} in {:.2} s on {}{}",
             if shared { "shares" } else { "loaded" },
             path.display(),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            settings.device,
+            if device.is_cpu() {
+                // The kernels' path (an invalid EDGETAM_ISA already failed the load).
+                format!(
+                    ", CPU kernels {}",
+                    edgetam_tracker::isa().map_or("?", |isa| isa.name())
+                )
+            } else {
+                String::new()
+            }
         );
         let max_in_flight = settings.in_flight();
         let mut builder = Pipeline::builder(model)

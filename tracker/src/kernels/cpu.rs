@@ -1,7 +1,104 @@
 //! The CPU's vector extensions, probed once per process: every kernel that picks a code path
 //! by instruction set asks here (and nowhere else), so one place says which paths exist.
+//!
+//! The probe finds the widest [`Isa`] the CPU runs; `EDGETAM_ISA` may cap it lower (to test or
+//! time the AVX2 and portable paths on an AVX-512 machine). A cap the CPU cannot run is an error
+//! ([`isa`]), and the kernels then keep the probe's path: a cap only ever lowers the width.
 
 use std::sync::OnceLock;
+
+/// The vector instruction set the CPU kernels run with: each kernel has one source, and each
+/// of these its register tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// No vector extension assumed: plain Rust loops at the target's baseline width.
+    Portable,
+    /// ARM64 Advanced SIMD (128-bit; baseline on every aarch64 CPU).
+    Neon,
+    /// x86-64 AVX2 with FMA (256-bit): Intel since Haswell, AMD since Zen.
+    Avx2,
+    /// x86-64 AVX-512F (512-bit); the bf16 fast mode also needs AVX512-BF16.
+    Avx512,
+}
+
+impl Isa {
+    /// Every value, widest first.
+    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Portable];
+
+    /// The name `EDGETAM_ISA` takes and the tools print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
+            Isa::Portable => "portable",
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn runs_here(self) -> bool {
+        runs(self)
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = IsaError;
+
+    fn from_str(s: &str) -> Result<Self, IsaError> {
+        let s = s.trim().to_ascii_lowercase();
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name() == s)
+            .ok_or_else(|| IsaError::Unknown {
+                value: s,
+                available: names(&available_isas()),
+            })
+    }
+}
+
+/// Why `EDGETAM_ISA` cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IsaError {
+    /// The value names no instruction set.
+    #[error("EDGETAM_ISA={value:?} is not one of avx512, avx2, neon, portable (this CPU runs {available})")]
+    Unknown { value: String, available: String },
+    /// The value names an instruction set this CPU lacks.
+    #[error("EDGETAM_ISA={requested} cannot run here: this CPU runs {available}")]
+    NotOnThisCpu { requested: Isa, available: String },
+}
+
+fn names(isas: &[Isa]) -> String {
+    isas.iter().map(|i| i.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// The paths this CPU can run, widest first (always ending in [`Isa::Portable`]).
+pub fn available_isas() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|&isa| runs(isa)).collect()
+}
+
+/// Whether this CPU can run `isa` (whatever the cap).
+pub(crate) fn runs(isa: Isa) -> bool {
+    let p = probed();
+    match isa {
+        Isa::Avx512 => p.avx512f,
+        Isa::Avx2 => p.avx2 && p.fma,
+        Isa::Neon => cfg!(target_arch = "aarch64"),
+        Isa::Portable => true,
+    }
+}
+
+/// The instruction set the kernels run with: the widest this CPU has, or the one `EDGETAM_ISA`
+/// names. Err when `EDGETAM_ISA` names something unknown or beyond this CPU (the kernels then
+/// run the widest path; loading a model reports the error).
+pub fn isa() -> Result<Isa, IsaError> {
+    state().requested.clone()
+}
 
 /// Extensions the kernels have paths for.
 #[derive(Debug, Clone, Copy, Default)]
@@ -17,9 +114,10 @@ struct Features {
     amx_bf16: bool,
 }
 
-fn features() -> Features {
-    static FEATURES: OnceLock<Features> = OnceLock::new();
-    *FEATURES.get_or_init(|| {
+/// What the CPU has, before any cap.
+fn probed() -> Features {
+    static PROBED: OnceLock<Features> = OnceLock::new();
+    *PROBED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             Features {
@@ -39,20 +137,63 @@ fn features() -> Features {
     })
 }
 
-/// AVX2 (256-bit integer and float vectors).
-pub(crate) fn avx2() -> bool {
-    features().avx2
+/// The cap read from `EDGETAM_ISA` and what follows from it, read once.
+struct State {
+    /// The probe lowered to `in_effect`.
+    features: Features,
+    in_effect: Isa,
+    /// What `EDGETAM_ISA` asked for (the widest when unset), or why it cannot be had.
+    requested: Result<Isa, IsaError>,
 }
 
-/// AVX2 with fused multiply-add.
-pub(crate) fn avx2_fma() -> bool {
-    let f = features();
-    f.avx2 && f.fma
+fn state() -> &'static State {
+    static STATE: OnceLock<State> = OnceLock::new();
+    STATE.get_or_init(|| {
+        let available = available_isas();
+        let widest = available.first().copied().unwrap_or(Isa::Portable);
+        let requested = match std::env::var("EDGETAM_ISA") {
+            Ok(v) if !v.trim().is_empty() => v.parse::<Isa>().and_then(|isa| {
+                if available.contains(&isa) {
+                    Ok(isa)
+                } else {
+                    Err(IsaError::NotOnThisCpu {
+                        requested: isa,
+                        available: names(&available),
+                    })
+                }
+            }),
+            _ => Ok(widest),
+        };
+        let in_effect = requested.clone().unwrap_or(widest);
+        State {
+            features: capped(probed(), in_effect),
+            in_effect,
+            requested,
+        }
+    })
 }
 
-/// AVX-512F: the 512-bit f32 paths (gemm tiles, wide elementwise loops).
-pub(crate) fn avx512f() -> bool {
-    features().avx512f
+/// `f` without the extensions beyond `isa`.
+fn capped(f: Features, isa: Isa) -> Features {
+    match isa {
+        Isa::Avx512 => f,
+        Isa::Avx2 => Features {
+            avx2: f.avx2,
+            fma: f.fma,
+            ..Features::default()
+        },
+        Isa::Neon | Isa::Portable => Features::default(),
+    }
+}
+
+/// The ISA the kernels run with (the widest when `EDGETAM_ISA` is invalid: see [`isa`]).
+#[inline]
+pub(crate) fn in_effect() -> Isa {
+    state().in_effect
+}
+
+fn features() -> Features {
+    state().features
 }
 
 /// AVX-512F + BW + BF16 (`vdpbf16ps`, `vcvtne2ps2bf16`): the bf16 fast mode's products.
@@ -79,7 +220,7 @@ fn amx_usable() -> bool {
     // CPUID exists on every x86_64 CPU; leaf 7 answers zeros where it is not defined.
     let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
     let has = |bit: u32| leaf7.edx & (1 << bit) != 0;
-    if !(has(22) && has(24) && is_x86_feature_detected!("avx512f")) {
+    if !(has(22) && has(24) && std::arch::is_x86_feature_detected!("avx512f")) {
         return false;
     }
     request_tile_data()

@@ -11,6 +11,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
+use crate::kernels::cpu::Isa;
+use crate::kernels::simd::{dispatch, F32s, Kernel};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// `x * 0.5 * (1 + erf(x / sqrt 2))`.
@@ -59,73 +61,66 @@ pub(crate) fn gelu_scalar(x: f32) -> f32 {
     h.mul_add(erf(x * std::f32::consts::FRAC_1_SQRT_2), h)
 }
 
-/// GELU over a slice in place, in the widest vectors the CPU has. Only the vector width
-/// changes (the multiply-adds are explicit `mul_add`s, exactly rounded at any width), so results
-/// are bit-identical to the scalar loop.
+/// GELU over a slice in place, in the vectors of the instruction set in effect. Only the
+/// vector width changes (the multiply-adds are fused at every width, as `mul_add` is in the
+/// scalar form), so results are bit-identical to [`gelu_scalar`].
 pub(crate) fn gelu_slice(data: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::kernels::cpu::avx512f() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            unsafe { gelu_slice_avx512(data) };
+    dispatch(GeluSlice(data));
+}
+
+/// [`gelu_slice`] as a kernel of every instruction set.
+struct GeluSlice<'a>(&'a mut [f32]);
+
+impl Kernel for GeluSlice<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<V: F32s>(self) {
+        if V::ISA == Isa::Portable {
+            // Without vector FMA the scalar form is the fast one (and the reference itself).
+            for x in self.0.iter_mut() {
+                *x = gelu_scalar(*x);
+            }
             return;
         }
-        if crate::kernels::cpu::avx2_fma() {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            unsafe { gelu_slice_avx2(data) };
-            return;
+        let mut chunks = self.0.chunks_exact_mut(V::LANES);
+        for c in &mut chunks {
+            let p = c.as_mut_ptr();
+            // SAFETY: `c` holds LANES floats; `dispatch` runs this where `V`'s ISA is present.
+            unsafe { gelu_lanes(V::load(p)).store(p) };
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            let (p, n) = (tail.as_mut_ptr(), tail.len());
+            // SAFETY: `tail` holds `n < LANES` floats; as above for the ISA.
+            unsafe { gelu_lanes(V::load_partial(p, n)).store_partial(p, n) };
         }
     }
-    for x in data.iter_mut() {
-        *x = gelu_scalar(*x);
-    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn gelu_slice_avx512(data: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let mut chunks = data.chunks_exact_mut(16);
-    for c in &mut chunks {
-        let p = c.as_mut_ptr();
-        _mm512_storeu_ps(p, gelu16(_mm512_loadu_ps(p)));
-    }
-    let tail = chunks.into_remainder();
-    if !tail.is_empty() {
-        let m = ((1u32 << tail.len()) - 1) as __mmask16;
-        let p = tail.as_mut_ptr();
-        _mm512_mask_storeu_ps(p, m, gelu16(_mm512_maskz_loadu_ps(m, p)));
-    }
-}
-
-/// [`gelu_scalar`] on 16 lanes, the same operations in the same order.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn gelu16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let s = _mm512_set1_ps;
-    let xs = _mm512_mul_ps(x, s(std::f32::consts::FRAC_1_SQRT_2));
-    let xs = _mm512_min_ps(_mm512_max_ps(xs, s(-4.0)), s(4.0));
-    let t = _mm512_mul_ps(xs, xs);
-    let mut p = s(ERF_P[6]);
-    for &c in ERF_P[..6].iter().rev() {
-        p = _mm512_fmadd_ps(p, t, s(c));
-    }
-    let mut q = s(ERF_Q[3]);
-    for &c in ERF_Q[..3].iter().rev() {
-        q = _mm512_fmadd_ps(q, t, s(c));
-    }
-    let erf = _mm512_div_ps(_mm512_mul_ps(xs, p), _mm512_fmadd_ps(q, t, s(1.0)));
-    let h = _mm512_mul_ps(x, s(0.5));
-    _mm512_fmadd_ps(h, erf, h)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn gelu_slice_avx2(data: &mut [f32]) {
-    for x in data.iter_mut() {
-        *x = gelu_scalar(*x);
+/// [`gelu_scalar`] on a vector, the same operations in the same order.
+///
+/// # Safety
+/// `V`'s instruction set is present.
+#[inline(always)]
+unsafe fn gelu_lanes<V: F32s>(x: V) -> V {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let s = V::splat;
+        let xs = x.mul(s(std::f32::consts::FRAC_1_SQRT_2));
+        let xs = xs.max(s(-4.0)).min(s(4.0));
+        let t = xs.mul(xs);
+        let mut p = s(ERF_P[6]);
+        for &c in ERF_P[..6].iter().rev() {
+            p = p.mul_add(t, s(c));
+        }
+        let mut q = s(ERF_Q[3]);
+        for &c in ERF_Q[..3].iter().rev() {
+            q = q.mul_add(t, s(c));
+        }
+        let erf = xs.mul(p).div(q.mul_add(t, s(1.0)));
+        let h = x.mul(s(0.5));
+        h.mul_add(erf, h)
     }
 }
 
@@ -178,18 +173,21 @@ mod tests {
         Ok(())
     }
 
-    /// The vector kernels compute the scalar function bit for bit (tail lanes included).
+    /// The vector kernels of every instruction set this CPU runs compute the scalar function
+    /// bit for bit (tail lanes included).
     #[test]
     fn vector_equals_scalar() {
         let xs: Vec<f32> = (-40_001..=40_001).map(|i| i as f32 * 3.1e-4).collect();
-        let mut v = xs.clone();
-        gelu_slice(&mut v);
-        for (x, y) in xs.iter().zip(&v) {
-            assert_eq!(y.to_bits(), gelu_scalar(*x).to_bits(), "{x}");
+        for isa in crate::kernels::cpu::available_isas() {
+            let mut v = xs.clone();
+            crate::kernels::simd::dispatch_at(isa, GeluSlice(&mut v));
+            for (x, y) in xs.iter().zip(&v) {
+                assert_eq!(y.to_bits(), gelu_scalar(*x).to_bits(), "{isa} {x}");
+            }
+            let mut nan = [f32::NAN, 1.0, f32::INFINITY, f32::NEG_INFINITY];
+            crate::kernels::simd::dispatch_at(isa, GeluSlice(&mut nan));
+            assert!(nan[0].is_nan() && nan[2] == f32::INFINITY, "{isa} {nan:?}");
         }
-        let mut nan = [f32::NAN, 1.0, f32::INFINITY, f32::NEG_INFINITY];
-        gelu_slice(&mut nan);
-        assert!(nan[0].is_nan() && nan[2] == f32::INFINITY, "{nan:?}");
     }
 
     /// erf in f64 through candle's exact unary op.

@@ -1,19 +1,23 @@
-//! Exact f32 matrix products with an AVX-512 register-tile kernel and pre-packed right-hand
-//! sides.
+//! Exact f32 matrix products with a register-tile kernel and pre-packed right-hand sides,
+//! written once for every vector width ([`crate::kernels::simd`]).
 //!
 //! Why not the `gemm` crate candle ships: on stable Rust it runs its AVX2 16x6 kernel, and it
 //! packs both operands on every call. The memory attention multiplies the same keys, values and
 //! weights many times per frame (every query tile of the fused attention re-packs its key and
-//! value tiles): `perf` put more than half of all cycles there, well below the FMA peak. Here the right-hand side `B` is packed once (per attention call, or once at load for a
-//! weight) into panels of [`NR`] columns, the left-hand side is read in place (its elements are
-//! broadcast straight from memory), and an 8 x 32 tile of `C` stays in 16 zmm registers for a
-//! whole `KC` block of the inner dimension.
+//! value tiles): `perf` put more than half of all cycles there, well below the FMA peak. Here the
+//! right-hand side `B` is packed once (per attention call, or once at load for a weight) into
+//! panels of [`NR`] columns, the left-hand side is read in place (its elements are broadcast
+//! straight from memory), and a tile of `C` stays in registers for a whole `KC` block of the
+//! inner dimension.
 //!
-//! The products are exact f32 (fused multiply-adds, f32 accumulation); only the summation
-//! order differs from other kernels, which is float noise. CPUs without AVX-512F take the
-//! `gemm` crate (same results within float noise).
+//! The tile per instruction set ([`TileShape`]): AVX-512 12 rows x 32 columns (24 of 32 zmm),
+//! AVX2 6 x 16 (12 of 16 ymm, two tiles per panel), NEON 6 x 16 (24 of 32 q registers), portable
+//! 6 x 16. Every `C` element sums its `KC` block in `k` order with fused multiply-adds from
+//! zero, then adds what `C` held: the same bits on AVX-512, AVX2 and NEON whatever the tile.
+//! The portable path rounds the multiply and the add apart (float noise).
 
 use crate::kernels::amx::Aligned;
+use crate::kernels::simd::{F32s, Kernel};
 
 /// Columns per packed panel (two zmm registers).
 pub const NR: usize = 32;
@@ -243,20 +247,254 @@ pub(crate) unsafe fn packed_unchecked(
     ldc: usize,
     accumulate: bool,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::kernels::cpu::avx512f() {
-        // SAFETY: AVX-512F is present; the caller bounds the operands.
-        unsafe { avx512::gemm(m, a, lda, b, k_range, n_range, c, ldc, accumulate) };
-        return;
+    crate::kernels::simd::dispatch(Product {
+        m,
+        a,
+        lda,
+        b,
+        k_range,
+        n_range,
+        c,
+        ldc,
+        accumulate,
+    })
+}
+
+/// [`packed_unchecked`] at a chosen instruction set (tests walk every one the CPU runs).
+///
+/// # Safety
+/// As [`packed_unchecked`].
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn packed_unchecked_at(
+    isa: crate::kernels::cpu::Isa,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    crate::kernels::simd::dispatch_at(
+        isa,
+        Product {
+            m,
+            a,
+            lda,
+            b,
+            k_range,
+            n_range,
+            c,
+            ldc,
+            accumulate,
+        },
+    )
+}
+
+/// One product's operands, as the [`Kernel`] every instruction set runs.
+struct Product<'a> {
+    m: usize,
+    a: &'a [f32],
+    lda: usize,
+    b: &'a PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+}
+
+/// A register tile: `rows` x `vectors` vectors of `C`.
+struct TileShape {
+    rows: usize,
+    vectors: usize,
+}
+
+impl TileShape {
+    /// The largest tile whose accumulators, `B` loads and broadcast fit the registers, with
+    /// columns dividing [`NR`]: 12 x 2 zmm (AVX-512), 6 x 2 ymm (AVX2), 6 x 4 q (NEON), 6 x 2
+    /// (portable: vectors of 8 floats).
+    const fn of<V: F32s>() -> Self {
+        let vectors = if V::LANES >= 8 { 2 } else { 16 / V::LANES };
+        // Accumulators + the B vectors + one broadcast, within the register file.
+        let mut rows = (V::REGISTERS - vectors - 1) / vectors;
+        if rows > MR {
+            rows = MR;
+        }
+        Self { rows, vectors }
     }
-    // SAFETY: as above.
-    unsafe { portable(m, a, lda, b, k_range, n_range, c, ldc, accumulate) }
+}
+
+impl Kernel for Product<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<V: F32s>(self) {
+        let shape = TileShape::of::<V>();
+        // SAFETY: the caller of `packed_unchecked` bounds the operands; `dispatch` runs this
+        // where the CPU has `V`'s instruction set.
+        unsafe {
+            if shape.vectors == 2 {
+                product::<V, 2>(&self, shape.rows)
+            } else {
+                product::<V, 4>(&self, shape.rows)
+            }
+        }
+    }
+}
+
+/// The blocked loops around the tile: `KC` blocks of the inner dimension, groups of
+/// [`PANELS_PER_GROUP`] panels, row blocks of `mr` rows, and `NR / (NV * LANES)` tiles per panel.
+///
+/// # Safety
+/// As [`packed_unchecked`]; `V`'s instruction set is present.
+#[inline(always)]
+unsafe fn product<V: F32s, const NV: usize>(p: &Product, mr: usize) {
+    let cols = NV * V::LANES;
+    let k = p.k_range.len();
+    let n = p.n_range.len();
+    let p0 = p.n_range.start / NR;
+    let a = p.a.as_ptr();
+    let panels = n.div_ceil(NR);
+    for kb in (0..k).step_by(KC) {
+        let kc = KC.min(k - kb);
+        let acc = p.accumulate || kb > 0;
+        for g in (0..panels).step_by(PANELS_PER_GROUP) {
+            let mut r = 0;
+            while r < p.m {
+                let rows = mr.min(p.m - r);
+                for pi in g..panels.min(g + PANELS_PER_GROUP) {
+                    let j0 = pi * NR;
+                    let w = NR.min(n - j0);
+                    // SAFETY: panel `p0 + pi`, rows `k_range.start + kb ..` lie inside `B`, and
+                    // row block `r` / columns `j0 ..` inside `A` and `C` (the caller's bounds).
+                    unsafe {
+                        let panel =
+                            p.b.data()
+                                .as_ptr()
+                                .add(((p0 + pi) * p.b.k + p.k_range.start + kb) * NR);
+                        let ap = a.add(r * p.lda + kb);
+                        for t in (0..w).step_by(cols) {
+                            let cp = p.c.add(r * p.ldc + j0 + t);
+                            let tw = cols.min(w - t);
+                            rows_tile::<V, NV>(
+                                rows,
+                                Tile {
+                                    kc,
+                                    a: ap,
+                                    lda: p.lda,
+                                    panel: panel.add(t),
+                                    c: cp,
+                                    ldc: p.ldc,
+                                    w: tw,
+                                    accumulate: acc,
+                                },
+                            );
+                        }
+                    }
+                }
+                r += rows;
+            }
+        }
+    }
+}
+
+/// One tile's operands: `C[R x w] (+)= A[R x kc] * panel[kc x w]` (panel rows [`NR`] apart).
+#[derive(Clone, Copy)]
+struct Tile {
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    panel: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    w: usize,
+    accumulate: bool,
+}
+
+/// [`tile`] with its row count as a constant (the accumulators must be a fixed array to live in
+/// registers).
+///
+/// # Safety
+/// As [`tile`].
+#[inline(always)]
+unsafe fn rows_tile<V: F32s, const NV: usize>(rows: usize, t: Tile) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        match rows {
+            12 => tile::<V, 12, NV>(t),
+            11 => tile::<V, 11, NV>(t),
+            10 => tile::<V, 10, NV>(t),
+            9 => tile::<V, 9, NV>(t),
+            8 => tile::<V, 8, NV>(t),
+            7 => tile::<V, 7, NV>(t),
+            6 => tile::<V, 6, NV>(t),
+            5 => tile::<V, 5, NV>(t),
+            4 => tile::<V, 4, NV>(t),
+            3 => tile::<V, 3, NV>(t),
+            2 => tile::<V, 2, NV>(t),
+            _ => tile::<V, 1, NV>(t),
+        }
+    }
+}
+
+/// `C[R x w] (+)= A[R x kc] * panel[kc x w]` with the `R x NV` vectors of `C` in registers: per
+/// step of `k`, `NV` loads of the panel's row and one broadcast per row of `A`.
+///
+/// # Safety
+/// `a` holds `R x kc` (stride `lda`), the panel `kc` rows of `NV * LANES` floats [`NR`] apart,
+/// `c` `R x w` writable floats (stride `ldc`), `w <= NV * LANES`; `V`'s instruction set is
+/// present.
+#[inline(always)]
+unsafe fn tile<V: F32s, const R: usize, const NV: usize>(t: Tile) {
+    // SAFETY: every pointer below stays inside the ranges the caller guarantees.
+    unsafe {
+        let mut acc = [[V::zero(); NV]; R];
+        let mut bp = t.panel;
+        for kk in 0..t.kc {
+            let mut b = [V::zero(); NV];
+            for (v, bv) in b.iter_mut().enumerate() {
+                *bv = V::load(bp.add(v * V::LANES));
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = V::splat(*t.a.add(i * t.lda + kk));
+                for (cv, bv) in row.iter_mut().zip(b) {
+                    *cv = x.mul_add(bv, *cv);
+                }
+            }
+            bp = bp.add(NR);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let cp = t.c.add(i * t.ldc);
+            for (v, &cv) in row.iter().enumerate() {
+                let at = v * V::LANES;
+                if at >= t.w {
+                    break;
+                }
+                let p = cp.add(at);
+                let lanes = t.w - at;
+                if lanes >= V::LANES {
+                    let out = if t.accumulate { cv.add(V::load(p)) } else { cv };
+                    out.store(p);
+                } else {
+                    let out = if t.accumulate {
+                        cv.add(V::load_partial(p, lanes))
+                    } else {
+                        cv
+                    };
+                    out.store_partial(p, lanes);
+                }
+            }
+        }
+    }
 }
 
 /// `C[m x n] (+)= A[m x k] * B[k x n]` for a row-major `B` (stride `ldb`) that changes every
 /// call (an activation): each task packs [`NC`] columns of `B` into a per-worker buffer and
-/// multiplies all rows of `A` into them, on up to `workers` threads. Without AVX-512F this is
-/// the `gemm` crate on the unpacked operands.
+/// multiplies all rows of `A` into them, on up to `workers` threads.
 #[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_rows(
@@ -280,27 +518,12 @@ pub fn gemm_rows(
             && c.len() >= (m - 1) * ldc + n,
         "gemm_rows: an operand is too short"
     );
-    if !crate::kernels::cpu::avx512f() || k == 0 {
-        let parallelism = if workers > 1 {
-            gemm::Parallelism::Rayon(workers)
-        } else {
-            gemm::Parallelism::None
-        };
-        // SAFETY: row-major `m x k`, `k x n` and `m x n` operands with the asserted lengths;
-        // `c` aliases neither input.
-        unsafe {
-            crate_gemm(
-                (m, n, k),
-                a.as_ptr(),
-                lda,
-                b.as_ptr(),
-                ldb,
-                c.as_mut_ptr(),
-                ldc,
-                accumulate,
-                parallelism,
-            )
-        };
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                c[r * ldc..][..n].fill(0.0);
+            }
+        }
         return;
     }
     let chunks = n.div_ceil(NC);
@@ -335,51 +558,13 @@ pub fn gemm_rows(
     );
 }
 
-/// The fallback: multiplies panel by panel with the `gemm` crate.
-///
-/// # Safety
-/// As [`packed_unchecked`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn portable(
-    m: usize,
-    a: &[f32],
-    lda: usize,
-    b: &PackedB,
-    k_range: std::ops::Range<usize>,
-    n_range: std::ops::Range<usize>,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-) {
-    let k = k_range.len();
-    let n = n_range.len();
-    for (pi, j0) in (0..n).step_by(NR).enumerate() {
-        let w = NR.min(n - j0);
-        let panel = &b.data()[((n_range.start / NR + pi) * b.k + k_range.start) * NR..][..k * NR];
-        // SAFETY: `a` is `m x k` with row stride `lda`, the panel `k x w` with row stride NR, `c`
-        // `m x w` at column `j0` with row stride `ldc`; the caller bounds them.
-        unsafe {
-            crate_gemm(
-                (m, w, k),
-                a.as_ptr(),
-                lda,
-                panel.as_ptr(),
-                NR,
-                c.add(j0),
-                ldc,
-                accumulate,
-                gemm::Parallelism::None,
-            )
-        };
-    }
-}
-
 /// `C (+)= A B` through the `gemm` crate for row-major operands (row strides `lda`, `ldb`,
-/// `ldc`): the path for CPUs without AVX-512F.
+/// `ldc`): what the benchmark below compares with.
 ///
 /// # Safety
 /// `a` addresses `m x k`, `b` `k x n` and `c` `m x n` floats at those strides; `c` aliases
 /// neither input.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn crate_gemm(
     (m, n, k): (usize, usize, usize),
@@ -415,118 +600,6 @@ unsafe fn crate_gemm(
             false,
             parallelism,
         );
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::{PackedB, KC, MR, NR, PANELS_PER_GROUP};
-    use std::arch::x86_64::*;
-
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn gemm(
-        m: usize,
-        a: &[f32],
-        lda: usize,
-        b: &PackedB,
-        k_range: std::ops::Range<usize>,
-        n_range: std::ops::Range<usize>,
-        c: *mut f32,
-        ldc: usize,
-        accumulate: bool,
-    ) {
-        let k = k_range.len();
-        let n = n_range.len();
-        let p0 = n_range.start / NR;
-        let a = a.as_ptr();
-        let panels = n.div_ceil(NR);
-        for kb in (0..k).step_by(KC) {
-            let kc = KC.min(k - kb);
-            let acc = accumulate || kb > 0;
-            for g in (0..panels).step_by(PANELS_PER_GROUP) {
-                let mut r = 0;
-                while r < m {
-                    let rows = MR.min(m - r);
-                    for pi in g..panels.min(g + PANELS_PER_GROUP) {
-                        let j0 = pi * NR;
-                        let w = NR.min(n - j0);
-                        let panel = b
-                            .data()
-                            .as_ptr()
-                            .add(((p0 + pi) * b.k + k_range.start + kb) * NR);
-                        let ap = a.add(r * lda + kb);
-                        let cp = c.add(r * ldc + j0);
-                        match rows {
-                            12 => tile::<12>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            11 => tile::<11>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            10 => tile::<10>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            9 => tile::<9>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            8 => tile::<8>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            7 => tile::<7>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            6 => tile::<6>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            5 => tile::<5>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            4 => tile::<4>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            3 => tile::<3>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            2 => tile::<2>(kc, ap, lda, panel, cp, ldc, w, acc),
-                            _ => tile::<1>(kc, ap, lda, panel, cp, ldc, w, acc),
-                        }
-                    }
-                    r += rows;
-                }
-            }
-        }
-    }
-
-    /// `C[R x w] (+)= A[R x kc] * panel[kc x NR]` with the tile in registers.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn tile<const R: usize>(
-        kc: usize,
-        a: *const f32,
-        lda: usize,
-        panel: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        w: usize,
-        accumulate: bool,
-    ) {
-        let mut lo = [_mm512_setzero_ps(); R];
-        let mut hi = [_mm512_setzero_ps(); R];
-        let mut bp = panel;
-        for kk in 0..kc {
-            let b0 = _mm512_loadu_ps(bp);
-            let b1 = _mm512_loadu_ps(bp.add(16));
-            for i in 0..R {
-                let x = _mm512_set1_ps(*a.add(i * lda + kk));
-                lo[i] = _mm512_fmadd_ps(x, b0, lo[i]);
-                hi[i] = _mm512_fmadd_ps(x, b1, hi[i]);
-            }
-            bp = bp.add(NR);
-        }
-        let m0: __mmask16 = if w >= 16 {
-            0xffff
-        } else {
-            (1u32 << w) as u16 - 1
-        };
-        let m1: __mmask16 = if w >= 32 {
-            0xffff
-        } else if w > 16 {
-            ((1u32 << (w - 16)) - 1) as u16
-        } else {
-            0
-        };
-        for i in 0..R {
-            let cp = c.add(i * ldc);
-            let (mut v0, mut v1) = (lo[i], hi[i]);
-            if accumulate {
-                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cp));
-                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cp.add(16)));
-            }
-            _mm512_mask_storeu_ps(cp, m0, v0);
-            _mm512_mask_storeu_ps(cp.add(16), m1, v1);
-        }
     }
 }
 
@@ -635,23 +708,53 @@ mod tests {
         assert!(err < 1e-4, "{err}");
     }
 
-    /// The path of CPUs without AVX-512F, run here whatever the CPU.
+    /// Every instruction set this CPU runs: the same bits on the fused paths (AVX-512, AVX2,
+    /// NEON; whatever their tiles), and the portable path within float noise of the naive sum.
     #[test]
-    fn portable_path_matches_naive() {
-        let (m, n, k) = (9, 70, 300);
-        let a = data(m * k, 7);
-        let b = data(k * n, 8);
-        let want = naive(m, n, k, &a, &b);
-        let packed = PackedB::from_rows(&b, k, n, n);
-        let mut c = vec![0f32; m * n];
-        // SAFETY: `a` is `m x k`, `c` `m x n` (row stride n), the ranges are B's own.
-        unsafe { portable(m, &a, k, &packed, 0..k, 0..n, c.as_mut_ptr(), n, false) };
-        let err = c
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
-        assert!(err < 1e-4 * (k as f32).sqrt(), "{err}");
+    fn every_isa_matches_naive() {
+        for &(m, n, k) in &[(9, 70, 300), (13, 96, 513), (1, 5, 3), (25, 33, 40)] {
+            let a = data(m * k, 7);
+            let b = data(k * n, 8);
+            let want = naive(m, n, k, &a, &b);
+            let packed = PackedB::from_rows(&b, k, n, n);
+            let mut fused: Option<Vec<f32>> = None;
+            for isa in crate::kernels::cpu::available_isas() {
+                for accumulate in [false, true] {
+                    let mut c = vec![0.25f32; m * n];
+                    // SAFETY: `a` is `m x k`, `c` `m x n` (row stride n), the ranges are B's own.
+                    unsafe {
+                        packed_unchecked_at(
+                            isa,
+                            m,
+                            &a,
+                            k,
+                            &packed,
+                            0..k,
+                            0..n,
+                            c.as_mut_ptr(),
+                            n,
+                            accumulate,
+                        )
+                    };
+                    let base = if accumulate { 0.25 } else { 0.0 };
+                    let err = c
+                        .iter()
+                        .zip(&want)
+                        .map(|(x, y)| (x - base - y).abs())
+                        .fold(0f32, f32::max);
+                    assert!(err < 1e-4 * (k as f32).sqrt(), "{isa} {m}x{n}x{k}: {err}");
+                    if isa != crate::kernels::cpu::Isa::Portable && !accumulate {
+                        match &fused {
+                            None => fused = Some(c),
+                            Some(f) => assert!(
+                                f.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                "{isa} {m}x{n}x{k}: not the bits of the widest fused path"
+                            ),
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,6 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use candle_nn::Linear;
 
-use crate::kernels::cpu::avx512f as avx512;
 use crate::kernels::gemm::{gemm_packed, PackedB};
 use crate::kernels::{
     f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with, spread_row_stride,
@@ -27,11 +26,11 @@ pub struct PackedLinear {
 }
 
 impl PackedLinear {
-    /// Packs `linear`'s `[out, in]` weight; `None` where the packed kernel would not run (no
-    /// AVX-512F, or the weight is not an f32 CPU tensor), so the caller keeps candle's layer.
+    /// Packs `linear`'s `[out, in]` weight; `None` where the packed kernel would not run (the
+    /// weight is not an f32 CPU tensor), so the caller keeps candle's layer.
     pub fn new(linear: &Linear) -> candle_core::Result<Option<Self>> {
         let w = linear.weight();
-        if !avx512() || !w.device().is_cpu() || w.dtype() != DType::F32 {
+        if !w.device().is_cpu() || w.dtype() != DType::F32 {
             return Ok(None);
         }
         let (outputs, inputs) = w.dims2()?;

@@ -22,6 +22,7 @@ pub(crate) mod mask_input;
 pub(crate) mod norm;
 pub(crate) mod resize;
 pub(crate) mod rope;
+pub(crate) mod simd;
 pub(crate) mod threads;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape};

@@ -58,20 +58,36 @@ pub fn pin_default_threads() {
     }
 }
 
-/// Runs `f` inside a function compiled for AVX-512F when the CPU has it, else as it is. The
-/// worker threads run baseline x86-64 code; `f`'s loops (inlined into that function, so write
-/// them `#[inline(always)]`) then vectorize 16 floats wide. Only the vector width changes: with
-/// no fused multiply-adds in `f` the results are the same bits.
+/// Runs `f` inside a function compiled for the widest x86 vector set in effect (AVX-512F, or
+/// AVX2 + FMA), else as it is. The worker threads run baseline x86-64 code (SSE2); `f`'s loops
+/// (inlined into that function, so write them `#[inline(always)]`) then vectorize 16 or 8
+/// floats wide. Only the vector width changes: the compiler never fuses a multiply and an add
+/// on its own nor reorders float sums, so with no `mul_add` in `f` the results are the same
+/// bits on every path. On aarch64 NEON is baseline: `f` runs as it is, 4 floats wide.
 #[inline(always)]
 pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
-    if super::cpu::avx512f() {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
-            f()
+    {
+        use super::cpu::Isa;
+        match super::cpu::in_effect() {
+            Isa::Avx512 => {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+                    f()
+                }
+                // SAFETY: the CPU supports AVX-512F (the ISA in effect never exceeds the CPU).
+                return unsafe { run(f) };
+            }
+            Isa::Avx2 => {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn run<R>(f: impl FnOnce() -> R) -> R {
+                    f()
+                }
+                // SAFETY: the CPU supports AVX2 and FMA (as above).
+                return unsafe { run(f) };
+            }
+            Isa::Neon | Isa::Portable => {}
         }
-        // SAFETY: the CPU supports AVX-512F (checked just above).
-        return unsafe { run(f) };
     }
     f()
 }

@@ -223,6 +223,9 @@ impl EdgeTam {
     }
 
     fn build(config: EdgeTamConfig, vb: VarBuilder, device: &Device) -> Result<Self> {
+        // A wrong `EDGETAM_ISA` is the user's to fix: say so before the kernels quietly run
+        // another path than the one asked for.
+        crate::kernels::cpu::isa()?;
         let hidden = config.vision_config.fpn_hidden_size;
         let image_encoder = ImageEncoder::new(&config, vb.clone())?;
         let prompt_encoder = PromptEncoder::new(&config, vb.pp("prompt_encoder"))?;

@@ -315,8 +315,9 @@ fn attend_split_keys(
 
 /// Online-softmax step over a score tile `s` (`rows x cols`): scales the scores, replaces them
 /// by `exp(score - running max)`, and rescales the running sums and the output rows `out`
-/// (`rows x d`) where the maximum grew. Dispatches to the widest vectors the CPU has (only the
-/// vector width changes).
+/// (`rows x d`) where the maximum grew. Runs on the widest vectors in effect ([`crate::kernels::wide`]:
+/// only the vector width changes, and `exp_neg`'s fused multiply-adds are single instructions
+/// there).
 pub(crate) fn online_softmax(
     s: &mut [f32],
     cols: usize,
@@ -326,48 +327,7 @@ pub(crate) fn online_softmax(
     out: &mut [f32],
     d: usize,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::kernels::cpu::avx512f() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            unsafe { online_softmax_avx512(s, cols, scale, max, sum, out, d) };
-            return;
-        }
-        if crate::kernels::cpu::avx2() {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { online_softmax_avx2(s, cols, scale, max, sum, out, d) };
-            return;
-        }
-    }
-    online_softmax_body(s, cols, scale, max, sum, out, d);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn online_softmax_avx512(
-    s: &mut [f32],
-    cols: usize,
-    scale: f32,
-    max: &mut [f32],
-    sum: &mut [f32],
-    out: &mut [f32],
-    d: usize,
-) {
-    online_softmax_body(s, cols, scale, max, sum, out, d);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn online_softmax_avx2(
-    s: &mut [f32],
-    cols: usize,
-    scale: f32,
-    max: &mut [f32],
-    sum: &mut [f32],
-    out: &mut [f32],
-    d: usize,
-) {
-    online_softmax_body(s, cols, scale, max, sum, out, d);
+    crate::kernels::wide(|| online_softmax_body(s, cols, scale, max, sum, out, d));
 }
 
 /// Lanes of the explicit partial maxima / sums (so the reductions vectorize).

@@ -248,36 +248,11 @@ fn im2col_segment(src: &[f32], out: &mut [f32], x0: usize, p: usize, s: usize) {
     }
 }
 
-/// `out[t] = src[2 t]` (`src` holds `2 * out.len()` values), on the widest vectors the CPU
-/// has: the callers' threads are not compiled for AVX-512, and at SSE width this gather was
+/// `out[t] = src[2 t]` (`src` holds `2 * out.len()` values), on the widest vectors in effect:
+/// the callers' threads are compiled for baseline x86-64, and at SSE width this gather was
 /// about a third of the stride-2 convolutions' time.
 fn every_other(src: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::kernels::cpu::avx512f() {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
-            unsafe { every_other_avx512(src, out) };
-            return;
-        }
-        if crate::kernels::cpu::avx2() {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { every_other_avx2(src, out) };
-            return;
-        }
-    }
-    every_other_body(src, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn every_other_avx512(src: &[f32], out: &mut [f32]) {
-    every_other_body(src, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn every_other_avx2(src: &[f32], out: &mut [f32]) {
-    every_other_body(src, out);
+    crate::kernels::wide(|| every_other_body(src, out));
 }
 
 /// Pairs: the form LLVM vectorizes as an interleaved load.

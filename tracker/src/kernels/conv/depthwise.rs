@@ -7,7 +7,9 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
+use crate::kernels::cpu::Isa;
 use crate::kernels::f32_slice;
+use crate::kernels::simd::{self, dispatch, F32s};
 
 /// 16-output vectors per group of [`Kernel::plane_wide`]: 4 independent sums cover the adds'
 /// latency (one at a time, the 7x7's 49 dependent adds per vector bound it).
@@ -88,30 +90,9 @@ impl Depthwise {
         at: (usize, usize),
         out: &mut [f32],
     ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::kernels::cpu::avx512f() {
-                // SAFETY: the CPU supports AVX-512F (checked just above).
-                unsafe { self.row_segment_avx512(c, plane, hw, at, out) };
-                return;
-            }
-        }
-        self.row_segment_body(c, plane, hw, at, out);
-    }
-
-    /// [`Self::row_segment`] in AVX-512 vectors: the callers (the channel mixer's tasks) are
-    /// not compiled for it. Same operations (no FMA contraction), so the same bits.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn row_segment_avx512(
-        &self,
-        c: usize,
-        plane: &[f32],
-        hw: (usize, usize),
-        at: (usize, usize),
-        out: &mut [f32],
-    ) {
-        self.row_segment_body(c, plane, hw, at, out);
+        // The callers (the channel mixer's tasks) are compiled for baseline x86-64: the
+        // widest vectors in effect, the same operations (no FMA contraction), the same bits.
+        crate::kernels::wide(|| self.row_segment_body(c, plane, hw, at, out));
     }
 
     #[inline(always)]
@@ -170,12 +151,11 @@ impl Kernel {
         (n + 2 * self.padding).saturating_sub(self.k) / self.stride + 1
     }
 
-    /// [`Self::plane`] in the widest vectors the CPU has (`wide`: AVX-512F detected). Only the
-    /// vector width changes (no FMA contraction), so results are bit-identical.
+    /// [`Self::plane`] in the vectors of the instruction set in effect. Only the vector width
+    /// changes (no FMA contraction), so results are bit-identical on every path.
     #[allow(clippy::too_many_arguments)]
     fn plane_dispatch(
         &self,
-        wide: bool,
         c: usize,
         inp: &[f32],
         h: usize,
@@ -184,39 +164,22 @@ impl Kernel {
         oh: usize,
         ow: usize,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            // SAFETY: `wide` is only set when the CPU reports AVX-512F.
-            unsafe { self.plane_avx512(c, inp, h, w, out, oh, ow) };
-            return;
-        }
-        let _ = wide;
-        self.plane(false, c, inp, h, w, out, oh, ow);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn plane_avx512(
-        &self,
-        c: usize,
-        inp: &[f32],
-        h: usize,
-        w: usize,
-        out: &mut [f32],
-        oh: usize,
-        ow: usize,
-    ) {
-        self.plane(true, c, inp, h, w, out, oh, ow);
+        dispatch(Plane {
+            kernel: self,
+            c,
+            inp,
+            hw: (h, w),
+            out,
+            ohw: (oh, ow),
+        });
     }
 
     /// One channel plane: the memory fuser's 7x7 (stride 1) in one pass per output vector
     /// ([`Self::plane_wide`]), everything else tap by tap.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn plane(
+    fn plane<V: F32s>(
         &self,
-        wide: bool,
         c: usize,
         inp: &[f32],
         h: usize,
@@ -226,7 +189,7 @@ impl Kernel {
         ow: usize,
     ) {
         if self.stride == 1 && self.k >= 5 && 2 * self.padding + 1 == self.k {
-            self.plane_wide(wide, c, inp, h, w, out, oh, ow);
+            self.plane_wide::<V>(c, inp, h, w, out, oh, ow);
         } else {
             self.plane_taps(c, inp, h, w, out, oh, ow);
         }
@@ -242,9 +205,8 @@ impl Kernel {
     /// tap-by-tap form's.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn plane_wide(
+    fn plane_wide<V: F32s>(
         &self,
-        wide: bool,
         c: usize,
         inp: &[f32],
         h: usize,
@@ -254,13 +216,13 @@ impl Kernel {
         ow: usize,
     ) {
         const L: usize = 16;
-        const V: usize = WIDE_VECTORS;
+        const G: usize = WIDE_VECTORS;
         let (k, p) = (self.k, self.padding);
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         let b = self.bias[c];
         // Input row `iy` padded (`p` zeros, the row, zeros to whole groups of vectors) in slot
         // `(iy + p) % k`.
-        let len = ow.div_ceil(L * V) * L * V + k;
+        let len = ow.div_ceil(L * G) * L * G + k;
         let mut pad = vec![0f32; k * len];
         let load = |pad: &mut [f32], shifted: usize| {
             let row = &mut pad[(shifted % k) * len..][..len];
@@ -275,18 +237,11 @@ impl Kernel {
         for oy in 0..oh {
             load(&mut pad, oy + k - 1);
             let orow = &mut out[oy * ow..(oy + 1) * ow];
-            for x0 in (0..ow).step_by(L * V) {
-                let mut acc = [[b; L]; V];
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: `wide` is only set when the CPU reports AVX-512F.
-                    unsafe { wide_group(&mut acc, &pad, len, (oy, x0), wk, k) };
-                } else {
-                    narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                narrow_group(&mut acc, &pad, len, (oy, x0), wk, k);
-                let n = (ow - x0).min(L * V);
+            for x0 in (0..ow).step_by(L * G) {
+                let mut acc = [[b; L]; G];
+                // SAFETY: `dispatch` runs this where `V`'s instruction set is present.
+                unsafe { register_group::<V>(&mut acc, &pad, len, (oy, x0), wk, k) };
+                let n = (ow - x0).min(L * G);
                 for (o, a) in orow[x0..x0 + n].chunks_mut(L).zip(&acc) {
                     o.copy_from_slice(&a[..o.len()]);
                 }
@@ -369,17 +324,13 @@ impl CustomOp1 for Kernel {
         let data = f32_slice(storage, layout, "depthwise conv input")?;
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
-        #[cfg(target_arch = "x86_64")]
-        let wide = crate::kernels::cpu::avx512f();
-        #[cfg(not(target_arch = "x86_64"))]
-        let wide = false;
         // One plane per task, handed out dynamically (the machine is shared); each plane is
         // zeroed by its worker right before the kernel writes it (in cache: one pass over
         // the output instead of a separate zeroing pass).
         let plane_len = oh * ow;
         let out = crate::kernels::output_in_chunks(planes * plane_len, plane_len, |plane, o| {
             let inp = &data[plane * h * w..(plane + 1) * h * w];
-            self.plane_dispatch(wide, plane % c, inp, h, w, o, oh, ow);
+            self.plane_dispatch(plane % c, inp, h, w, o, oh, ow);
         });
         Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
     }
@@ -410,13 +361,34 @@ fn narrow_group(
     }
 }
 
-/// [`narrow_group`] in AVX-512 registers (the same multiplies and adds, not fused).
+/// One channel plane of a depthwise convolution, as a kernel of every instruction set.
+struct Plane<'a> {
+    kernel: &'a Kernel,
+    c: usize,
+    inp: &'a [f32],
+    hw: (usize, usize),
+    out: &'a mut [f32],
+    ohw: (usize, usize),
+}
+
+impl simd::Kernel for Plane<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<V: F32s>(self) {
+        let ((h, w), (oh, ow)) = (self.hw, self.ohw);
+        self.kernel
+            .plane::<V>(self.c, self.inp, h, w, self.out, oh, ow);
+    }
+}
+
+/// [`narrow_group`] with the group's 64 sums in registers (4 zmm, 8 ymm, 16 q): the same
+/// multiplies and adds (not fused), so the same bits. The portable path is `narrow_group`.
 ///
 /// # Safety
-/// The CPU must have AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn wide_group(
+/// `V`'s instruction set is present.
+#[inline(always)]
+unsafe fn register_group<V: F32s>(
     acc: &mut [[f32; 16]; WIDE_VECTORS],
     pad: &[f32],
     len: usize,
@@ -424,27 +396,35 @@ unsafe fn wide_group(
     wk: &[f32],
     k: usize,
 ) {
-    use std::arch::x86_64::*;
-    if pad.len() < k * len || x0 + k + 16 * WIDE_VECTORS > len + 1 {
-        // Not the ring `plane_wide` builds: the checked form.
+    const N: usize = 16 * WIDE_VECTORS;
+    if V::ISA == Isa::Portable || pad.len() < k * len || x0 + k + N > len + 1 {
+        // Not the ring `plane_wide` builds (or no vectors): the checked form.
         narrow_group(acc, pad, len, (oy, x0), wk, k);
         return;
     }
-    let mut r: [__m512; WIDE_VECTORS] = std::array::from_fn(|v| _mm512_loadu_ps(acc[v].as_ptr()));
-    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
-        // SAFETY: slot `(oy + ky) % k < k` lies in `pad` (checked above).
-        let row = unsafe { pad.as_ptr().add(((oy + ky) % k) * len + x0) };
-        for (kx, &wv) in wrow.iter().enumerate() {
-            let wv = _mm512_set1_ps(wv);
-            for (v, a) in r.iter_mut().enumerate() {
-                // SAFETY: `x0 + kx + 16 v + 16 <= x0 + k - 1 + 16 WIDE_VECTORS <= len`.
-                let x = unsafe { _mm512_loadu_ps(row.add(kx + 16 * v)) };
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, x));
+    let per = V::LANES;
+    let flat = acc.as_flattened_mut();
+    // SAFETY: `flat` holds N floats, N a multiple of every LANES; the ring rows are checked
+    // above: `x0 + kx + N <= x0 + k - 1 + N <= len` for every tap `kx < k`; the ISA is the
+    // caller's.
+    unsafe {
+        let mut r = [V::zero(); 16];
+        for (v, rv) in r.iter_mut().enumerate().take(N / per) {
+            *rv = V::load(flat.as_ptr().add(v * per));
+        }
+        for (ky, wrow) in wk.chunks_exact(k).enumerate() {
+            let row = pad.as_ptr().add(((oy + ky) % k) * len + x0);
+            for (kx, &wv) in wrow.iter().enumerate() {
+                let wv = V::splat(wv);
+                for (v, a) in r.iter_mut().enumerate().take(N / per) {
+                    let x = V::load(row.add(kx + per * v));
+                    *a = a.add(wv.mul(x));
+                }
             }
         }
-    }
-    for (a, v) in acc.iter_mut().zip(r) {
-        _mm512_storeu_ps(a.as_mut_ptr(), v);
+        for (v, rv) in r.iter().enumerate().take(N / per) {
+            rv.store(flat.as_mut_ptr().add(v * per));
+        }
     }
 }
 
@@ -505,12 +485,21 @@ mod tests {
             let inp = x.flatten_all()?.to_vec1::<f32>()?;
             let mut b = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
-            // The portable group, and the AVX-512 one where the CPU has it.
-            let wide = crate::kernels::cpu::avx512f();
-            for registers in [false, wide] {
+            // Every instruction set this CPU runs (the portable one is the plain group).
+            for isa in crate::kernels::cpu::available_isas() {
                 let mut a = vec![0f32; oh * ow];
-                kern.plane_wide(registers, 0, &inp, h, w, &mut a, oh, ow);
-                assert_eq!(a, b, "k {k}, {h}x{w}, AVX-512 {registers}");
+                simd::dispatch_at(
+                    isa,
+                    Plane {
+                        kernel: kern,
+                        c: 0,
+                        inp: &inp,
+                        hw: (h, w),
+                        out: &mut a,
+                        ohw: (oh, ow),
+                    },
+                );
+                assert_eq!(a, b, "k {k}, {h}x{w}, {isa}");
             }
         }
         Ok(())

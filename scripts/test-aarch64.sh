@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ARM64 (aarch64-unknown-linux-gnu): cross-builds the tracker, the pipeline and the CLI with
+# rustup's target and Debian's gcc-aarch64-linux-gnu, lints them for that target
+# (clippy -D warnings), then runs under Debian's qemu-user-static the kernel tests (NEON and
+# portable paths against their reference forms) and parity tests small enough for emulation
+# (a segment at 256, the memory stages at 256, a tracked sequence at 256) against the committed
+# fixtures, with the same tolerances as on x86. Emulation is ~50x slower than a real core: the
+# speed of ARM CPUs cannot be measured here.
+#
+#   scripts/test-aarch64.sh            # what CI runs
+#   AARCH64_TESTS=build scripts/test-aarch64.sh    # cross-build and lint only
+#
+# Idempotent. The build goes to AARCH64_TARGET_DIR (default /var/cache/edgetam-ci/aarch64-target
+# when that can be written, else target/), so a machine that keeps it rebuilds only what
+# changed. Cold: ~10 min on 2 cores (every dependency built for ARM64).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=aarch64-unknown-linux-gnu
+start=$SECONDS
+if ! rustup target list --installed | grep -qx "$TARGET"; then
+  rustup target add "$TARGET"
+fi
+missing=()
+for p in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ -z "${AARCH64_TARGET_DIR:-}" ]; then
+  cache=${EDGETAM_CI_CACHE:-/var/cache/edgetam-ci}
+  if mkdir -p "$cache/aarch64-target" 2>/dev/null && [ -w "$cache/aarch64-target" ]; then
+    AARCH64_TARGET_DIR="$cache/aarch64-target"
+  else
+    AARCH64_TARGET_DIR="$PWD/target"
+  fi
+fi
+export CARGO_TARGET_DIR="$AARCH64_TARGET_DIR"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+# The test binaries run under user-mode emulation with Debian's ARM64 C library.
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu"
+# Two emulated threads, as the x86 tests run on two cores.
+export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
+
+PACKAGES=(-p edgetam-tracker -p edgetam-pipeline -p edgetam)
+cargo clippy --release --locked --target "$TARGET" "${PACKAGES[@]}" --all-targets -- -D warnings
+cargo build --release --locked --target "$TARGET" -p edgetam --bin edgetam
+file "$CARGO_TARGET_DIR/$TARGET/release/edgetam" 2>/dev/null || true
+echo "aarch64 build + clippy: $((SECONDS - start)) s"
+if [ "${AARCH64_TESTS:-all}" = build ]; then
+  exit 0
+fi
+
+# The CLI runs: it prints the path it takes (NEON).
+qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release/edgetam" cpu
+
+test_start=$SECONDS
+status=0
+# Kernel tests at every ISA an ARM64 CPU has (NEON, portable): each test walks them itself.
+cargo test --release --locked --target "$TARGET" -p edgetam-tracker --lib kernels:: || status=$?
+# Parity against the committed reference fixtures at 256, the tolerances of the x86 tests.
+cargo test --release --locked --target "$TARGET" -p edgetam-tracker \
+  --test vision_parity --test decoder_parity --test memory_parity --test memory_attention_parity \
+  -- --skip 1024 || status=$?
+cargo test --release --locked --target "$TARGET" -p edgetam-tracker --test sequence_parity \
+  -- --exact sequence_256_free_running || status=$?
+echo "aarch64 tests under qemu: $((SECONDS - test_start)) s"
+exit "$status"
