@@ -273,8 +273,10 @@ extern "C" {
 const char *edgetam_version(void);
 
 /**
- * The CPU path models loaded on `"cpu"` run on (a static string). For a given model, which may
- * be on a GPU, ask `edgetam_model_backend`.
+ * The CPU path models loaded on `"cpu"` run on (a static string): `"cpu "` and the instruction
+ * set of the CPU kernels, e.g. `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or `"cpu portable"`
+ * (the widest this CPU runs, or the one `EDGETAM_ISA` caps it to). For a given model, which
+ * may be on a GPU, ask `edgetam_model_backend`.
  *
  * Thread safety: may run on several threads at once.
  */
@@ -325,15 +327,17 @@ enum EdgetamStatus edgetam_model_load(const char *source,
 void edgetam_model_free(struct EdgetamModel *model);
 
 /**
- * Where this model runs: the CPU path (`"cpu"`; the instruction set once the tracker reports
- * it) or `"cuda:N"`. `*out` points to a string owned by the model, valid until it is freed.
+ * Where this model really runs: `"cpu "` and the kernels' instruction set (`"cpu avx512"`,
+ * `"cpu avx2"`, `"cpu neon"`, `"cpu portable"`) or `"cuda:N"`, so that a silent fallback from
+ * a GPU to the CPU is caught. `*out` points to a string owned by the model, valid until it is freed.
  *
  * Thread safety: may run on several threads at once.
  *
  * # Safety
  * `model` is NULL or a live handle; `out` is NULL or writable.
  */
-enum EdgetamStatus edgetam_model_backend(const struct EdgetamModel *model, const char **out);
+enum EdgetamStatus edgetam_model_backend(const struct EdgetamModel *model,
+                                         const char **out);
 
 /**
  * The side of the square model input this model runs at (e.g. 1024, or the `input_size`

@@ -96,14 +96,18 @@ pub(crate) unsafe fn borrow_frame(f: &EdgetamFrame) -> Result<Frame<'_>, CapiErr
             )));
         }
         let len = span(rows, plane.stride, row_bytes).ok_or_else(overflow)?;
-        const NAMES: [&str; 3] = ["frame->planes[0].data", "frame->planes[1].data", "frame->planes[2].data"];
+        const NAMES: [&str; 3] = [
+            "frame->planes[0].data",
+            "frame->planes[1].data",
+            "frame->planes[2].data",
+        ];
         // SAFETY: the caller's contract: `len` readable bytes for this plane.
         let data = unsafe { bytes(plane.data, len, NAMES[i]) }?;
         planes.push((data, plane.stride));
     }
     let frame = Frame::from_planes(width, height, format, planes);
-    frame.validate().map_err(|e| {
-        CapiError::Tracker(edgetam_tracker::Error::InvalidFrame(e))
-    })?;
+    frame
+        .validate()
+        .map_err(|e| CapiError::Tracker(edgetam_tracker::Error::InvalidFrame(e)))?;
     Ok(frame)
 }

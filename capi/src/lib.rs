@@ -41,9 +41,9 @@ pub use result::{
 };
 pub use tracker::{
     edgetam_tracker_add_box, edgetam_tracker_add_mask, edgetam_tracker_add_points,
-    edgetam_tracker_free, edgetam_tracker_new, edgetam_tracker_next_frame,
-    edgetam_tracker_refresh, edgetam_tracker_remove_object, edgetam_tracker_reset,
-    edgetam_tracker_track, EdgetamBox, EdgetamPoint, EdgetamTracker, EDGETAM_NEXT_FRAME,
+    edgetam_tracker_free, edgetam_tracker_new, edgetam_tracker_next_frame, edgetam_tracker_refresh,
+    edgetam_tracker_remove_object, edgetam_tracker_reset, edgetam_tracker_track, EdgetamBox,
+    EdgetamPoint, EdgetamTracker, EDGETAM_NEXT_FRAME,
 };
 
 /// The library's version, e.g. `"0.1.0"` (a static string).
@@ -51,17 +51,18 @@ pub use tracker::{
 /// Thread safety: may run on several threads at once.
 #[no_mangle]
 pub extern "C" fn edgetam_version() -> *const c_char {
-    const VERSION: &CStr = match CStr::from_bytes_with_nul(
-        concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
-    ) {
-        Ok(v) => v,
-        Err(_) => c"unknown",
-    };
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => c"unknown",
+        };
     VERSION.as_ptr()
 }
 
-/// The CPU path models loaded on `"cpu"` run on (a static string). For a given model, which may
-/// be on a GPU, ask `edgetam_model_backend`.
+/// The CPU path models loaded on `"cpu"` run on (a static string): `"cpu "` and the instruction
+/// set of the CPU kernels, e.g. `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or `"cpu portable"`
+/// (the widest this CPU runs, or the one `EDGETAM_ISA` caps it to). For a given model, which
+/// may be on a GPU, ask `edgetam_model_backend`.
 ///
 /// Thread safety: may run on several threads at once.
 #[no_mangle]

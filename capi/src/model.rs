@@ -33,9 +33,18 @@ pub struct EdgetamModelOptions {
     pub input_size: u32,
 }
 
-/// The backend string of the CPU path, `"cpu"`.
+/// The backend string of the CPU path: `"cpu "` and the instruction set the kernels run with
+/// (`edgetam_tracker::isa()`), e.g. `"cpu avx512"`. When `EDGETAM_ISA` names a path this CPU
+/// cannot run, the kernels keep the widest one it has (and loading a model fails, naming why),
+/// so that is the path named here.
 pub(crate) fn cpu_backend() -> String {
-    "cpu".into()
+    let isa = edgetam_tracker::isa().unwrap_or_else(|_| {
+        edgetam_tracker::available_isas()
+            .first()
+            .copied()
+            .unwrap_or(edgetam_tracker::Isa::Portable)
+    });
+    format!("cpu {isa}")
 }
 
 fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamModel, CapiError> {
@@ -122,8 +131,9 @@ pub unsafe extern "C" fn edgetam_model_free(model: *mut EdgetamModel) {
     });
 }
 
-/// Where this model runs: the CPU path (`"cpu"`; the instruction set once the tracker reports
-/// it) or `"cuda:N"`. `*out` points to a string owned by the model, valid until it is freed.
+/// Where this model really runs: `"cpu "` and the kernels' instruction set (`"cpu avx512"`,
+/// `"cpu avx2"`, `"cpu neon"`, `"cpu portable"`) or `"cuda:N"`, so that a silent fallback from
+/// a GPU to the CPU is caught. `*out` points to a string owned by the model, valid until it is freed.
 ///
 /// Thread safety: may run on several threads at once.
 ///

@@ -56,10 +56,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 #[test]
 #[ignore = "a measurement, not a check"]
 fn overhead_of_the_c_abi() {
-    let model_dir = std::ffi::CString::new(
-        fixtures().join("model").to_string_lossy().into_owned(),
-    )
-    .expect("path");
+    let model_dir = std::ffi::CString::new(fixtures().join("model").to_string_lossy().into_owned())
+        .expect("path");
     let options = EdgetamModelOptions {
         device: ptr::null(),
         precision: ptr::null(),
@@ -74,7 +72,10 @@ fn overhead_of_the_c_abi() {
     let mut rust = Tracker::new(shared);
     let mut c = ptr::null_mut();
     // SAFETY: live model, valid out-pointer.
-    assert_eq!(unsafe { edgetam_tracker_new(model, &mut c) }, EdgetamStatus::Ok);
+    assert_eq!(
+        unsafe { edgetam_tracker_new(model, &mut c) },
+        EdgetamStatus::Ok
+    );
 
     let seq = candle_core::safetensors::load(
         fixtures().join("sequence_256/sequence.safetensors"),
@@ -92,7 +93,10 @@ fn overhead_of_the_c_abi() {
     rust.add_prompt(1, 0, Prompt::from_box(b.x0, b.y0, b.x1, b.y1))
         .expect("prompt");
     // SAFETY: live tracker.
-    assert_eq!(unsafe { edgetam_tracker_add_box(c, 1, 0, b) }, EdgetamStatus::Ok);
+    assert_eq!(
+        unsafe { edgetam_tracker_add_box(c, 1, 0, b) },
+        EdgetamStatus::Ok
+    );
     let (mut t_rust, mut t_c) = (Vec::new(), Vec::new());
     for i in 0..n {
         let rgb = frames
