@@ -7,13 +7,17 @@
 # ldconfig so the loader finds the library at run time).
 #
 #   scripts/install-capi.sh [PREFIX] [-- extra cargo build arguments, e.g. --features cuda]
+#
+# EDGETAM_CAPI_PREBUILT=1 installs what target/release already holds, without building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${1:-/usr/local}
 shift || true
 [ "${1:-}" = "--" ] && shift
 case $prefix in /*) ;; *) prefix=$PWD/$prefix ;; esac
-cargo build --release -p edgetam-capi "$@"
+if [ "${EDGETAM_CAPI_PREBUILT:-0}" != 1 ]; then
+  cargo build --release -p edgetam-capi "$@"
+fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 major=${version%%.*}
 target=${CARGO_TARGET_DIR:-target}/release

@@ -6,8 +6,8 @@
 # Rust library's byte for byte, checks the bad-input cases, and runs the programs under
 # valgrind's memcheck (no error, no definite leak). Ends with `capi: N passed, M failed`.
 #
-# VALGRIND_OUTPUTS (default 7: through the mask prompt of the object added mid-stream on frame 5)
-# bounds the frames run under valgrind, where the model is ~50x slower.
+# The same programs then run under ASan + UBSan + LSan (every output) and valgrind's memcheck
+# (VALGRIND_OUTPUTS outputs, default 1: valgrind runs the model ~100x slower).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -35,18 +35,25 @@ model=fixtures/model
 export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
 
 # Rust side: the unit tests (the committed header must be what cbindgen generates, the guard,
-# the ABI overhead test is #[ignore]d) and the reference writer.
-log=$work/cargo-test.log
-cargo test --release -p edgetam-capi 2>&1 | tee "$log"
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail "cargo test -p edgetam-capi"; fi
-read -r rust_passed rust_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
-  if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
-passed=$((passed + rust_passed))
-failed=$((failed + rust_failed))
-if ! cargo build --release -p edgetam-capi --example reference; then
-  fail "build the reference writer"
+# the ABI overhead test is #[ignore]d), then the library and the reference writer in one build
+# (one feature set, so the two run the same tracker code). scripts/test.sh, whose workspace
+# `cargo test` has already run these unit tests and built both, sets CAPI_SKIP_CARGO_TEST=1 and
+# CAPI_BUILD_ARGS to its own package and feature selection, so nothing is compiled again.
+if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
+  log=$work/cargo-test.log
+  cargo test --release -p edgetam-capi 2>&1 | tee "$log"
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail "cargo test -p edgetam-capi"; fi
+  read -r rust_passed rust_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
+    if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
+  passed=$((passed + rust_passed))
+  failed=$((failed + rust_failed))
+fi
+read -r -a build_args <<< "${CAPI_BUILD_ARGS:--p edgetam-capi --lib --example reference}"
+if ! cargo build --release "${build_args[@]}"; then
+  fail "build libedgetam and the reference writer"
   finish
 fi
+export EDGETAM_CAPI_PREBUILT=1 # install-capi.sh: install what was just built
 check "install into a temporary prefix" bash scripts/install-capi.sh "$prefix"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 export LD_LIBRARY_PATH=$prefix/lib
@@ -98,26 +105,73 @@ for program in errors_c errors_static; do
   fi
 done
 
-# Memcheck: no error, no definite leak. The suppressions file lists only what is shown to be
-# global state of Rust's std / rayon (see its comments).
+# AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer: the C and C++ programs built
+# with -fsanitize=address,undefined replay the whole case (every output, compared again byte for
+# byte) and the bad-input cases at near-native speed. ASan intercepts malloc/free and memcpy for
+# the library too (Rust's allocations and copies go through libc), so leaks anywhere and
+# overruns of the caller's buffers are caught; the Rust code itself is not instrumented
+# (valgrind below covers every instruction, on fewer frames).
+san=(-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+# shellcheck disable=SC2086
+if gcc -std=c11 "${san[@]}" capi/tests/c/track.c -o "$work/track_c_asan" $flags &&
+  g++ -std=c++17 "${san[@]}" capi/tests/cpp/track.cpp -o "$work/track_cpp_asan" $flags &&
+  gcc -std=c11 "${san[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c_asan" $flags; then
+  check "ASan+UBSan+LSan: C program, every output" \
+    "$work/track_c_asan" "$model" "$case_dir" "$work/asan_c" 256
+  compare "C (ASan)" "$work/asan_c"
+  check "ASan+UBSan+LSan: C++ program, every output" \
+    "$work/track_cpp_asan" "$model" "$case_dir" "$work/asan_cpp" 256
+  compare "C++ (ASan)" "$work/asan_cpp"
+  check "ASan+UBSan+LSan: bad-input cases" bash -c "'$work/errors_c_asan' '$model' > '$work/errors_asan.log' 2>&1 || { cat '$work/errors_asan.log'; exit 1; }"
+else
+  fail "build the programs with -fsanitize=address,undefined"
+fi
+
+# Memcheck: no error, no definite leak, on every instruction (the library's too). Valgrind runs
+# the model ~100x slower than natively, so the replays stop after VALGRIND_OUTPUTS outputs
+# (default 1: frame 0 with its box and points prompts, two objects, masks copied out), the
+# bad-input program runs whole (four tracked frames: RGB8, NV12, I420, GRAY8), one thread each
+# (RAYON_NUM_THREADS=1: valgrind serialises threads, and idle workers spinning cost time) and
+# the three programs side by side. The suppressions file lists only what is shown to be global
+# state of Rust's std / rayon (see its comments).
 if command -v valgrind > /dev/null; then
-  n=${VALGRIND_OUTPUTS:-7}
-  memcheck() { # memcheck NAME COMMAND...
+  n=${VALGRIND_OUTPUTS:-1}
+  memcheck() { # memcheck NAME COMMAND...: writes NAME.vg, NAME.out and NAME.rc
     local name=$1
     shift
-    if valgrind --error-exitcode=99 --leak-check=full --show-leak-kinds=definite \
-      --errors-for-leak-kinds=definite --suppressions=capi/tests/valgrind.supp \
-      --log-file="$work/$name.vg" "$@" > "$work/$name.out" 2>&1; then
+    RAYON_NUM_THREADS=1 valgrind --error-exitcode=99 --leak-check=full \
+      --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+      --suppressions=capi/tests/valgrind.supp --log-file="$work/$name.vg" "$@" \
+      > "$work/$name.out" 2>&1
+    echo $? > "$work/$name.rc"
+  }
+  vg_start=$SECONDS
+  names=()
+  if [ -x "$work/track_c" ]; then
+    memcheck track_c "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$n" &
+    names+=(track_c)
+  fi
+  if [ -x "$work/track_cpp" ]; then
+    memcheck track_cpp "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 "$n" &
+    names+=(track_cpp)
+  fi
+  if [ -x "$work/errors_c" ]; then
+    memcheck errors_c "$work/errors_c" "$model" &
+    names+=(errors_c)
+  fi
+  wait
+  for name in "${names[@]}"; do
+    if [ "$(cat "$work/$name.rc")" = 0 ]; then
       pass "valgrind $name: $(grep -E 'ERROR SUMMARY' "$work/$name.vg" | sed 's/^==[0-9]*== //')"
     else
       cat "$work/$name.out" "$work/$name.vg"
-      fail "valgrind $name"
+      fail "valgrind $name (exit $(cat "$work/$name.rc"))"
     fi
-    grep -E 'definitely lost|ERROR SUMMARY' "$work/$name.vg" | sed "s/^==[0-9]*==/valgrind $name:/"
-  }
-  [ -x "$work/track_c" ] && memcheck track_c "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$n"
-  [ -x "$work/track_cpp" ] && memcheck track_cpp "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 "$n"
-  [ -x "$work/errors_c" ] && memcheck errors_c "$work/errors_c" "$model"
+    grep -E 'definitely lost|indirectly lost|ERROR SUMMARY' "$work/$name.vg" |
+      sed "s/^==[0-9]*==/valgrind $name:/"
+  done
+  echo "valgrind: $((SECONDS - vg_start)) s ($n output(s) per replay)"
 else
   fail "valgrind is not installed (scripts/install-deps.sh)"
 fi

@@ -44,7 +44,8 @@ if [ "${SKIP_CUDA_BUILD:-0}" != 1 ]; then
 fi
 log=$(mktemp)
 log13=$(mktemp)
-trap 'rm -f "$log" "$log13"' EXIT
+logcapi=$(mktemp)
+trap 'rm -f "$log" "$log13" "$logcapi"' EXIT
 set +e
 cargo test --release --workspace --features "$FEATURES" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
@@ -74,11 +75,25 @@ bash scripts/fuzz.sh
 fuzz_status=$?
 set -e
 echo "fuzz: $((SECONDS - fuzz_start)) s"
+# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
+# temporary prefix, programs built with gcc / g++ through pkg-config, results byte-equal to the
+# Rust library's, bad inputs, ASan and valgrind. It reuses the workspace build above (same
+# packages and features: nothing recompiles; its unit tests, the header check among them, ran
+# in the workspace tests). ~1 min plus valgrind (a few minutes: one output per replay).
+capi_start=$SECONDS
+set +e
+CAPI_SKIP_CARGO_TEST=1 CAPI_BUILD_ARGS="--workspace --features $FEATURES --lib --examples" \
+  bash scripts/test-capi.sh 2>&1 | tee "$logcapi"
+capi_status=${PIPESTATUS[0]}
+set -e
+echo "capi (C and C++ programs): $((SECONDS - capi_start)) s"
+if [ "$status" -eq 0 ]; then status=$capi_status; fi
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
 echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26)"
+grep -E '^capi: [0-9]+ passed' "$logcapi" | tail -n 1 || echo "capi: no summary (scripts/test-capi.sh failed to run)"
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
   echo "fuzz: a target found something (fuzz/artifacts/)"
   status=$fuzz_status
