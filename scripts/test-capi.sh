@@ -80,7 +80,8 @@ check "the shared library has its soname" \
 case_dir=$work/case
 check "reference (Rust) results" target/release/examples/reference "$model" fixtures/sequence_256 "$case_dir"
 compare() { # compare NAME PREFIX: the program's text and masks equal the reference's
-  check "$1: results equal Rust's ($(grep -c '^  obj' "$case_dir/expected.txt") objects' scores, boxes)" \
+  check "$1: results equal Rust's ($(grep -c '^out' "$case_dir/expected.txt") outputs, \
+$(grep -c '^  obj' "$case_dir/expected.txt") object results: scores, IoUs, boxes, areas)" \
     cmp "$2.txt" "$case_dir/expected.txt"
   check "$1: masks equal Rust's ($(stat -c %s "$case_dir/expected.masks") bytes)" \
     cmp "$2.masks" "$case_dir/expected.masks"
@@ -140,11 +141,13 @@ if command -v valgrind > /dev/null; then
   memcheck() { # memcheck NAME COMMAND...: writes NAME.vg, NAME.out and NAME.rc
     local name=$1
     shift
+    local t0=$SECONDS
     RAYON_NUM_THREADS=1 valgrind --error-exitcode=99 --leak-check=full \
       --show-leak-kinds=definite --errors-for-leak-kinds=definite \
       --suppressions=capi/tests/valgrind.supp --log-file="$work/$name.vg" "$@" \
       > "$work/$name.out" 2>&1
     echo $? > "$work/$name.rc"
+    echo "valgrind $name: $((SECONDS - t0)) s"
   }
   vg_start=$SECONDS
   names=()

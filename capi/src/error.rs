@@ -159,6 +159,13 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), CapiError>) -> EdgetamStatus 
     error.status()
 }
 
+/// Runs one entry point that returns a value instead of a status (the string getters): a
+/// panic is caught here, as in [`guard`], and `fallback` returned instead.
+pub(crate) fn guard_value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    // AssertUnwindSafe: these entry points only read process-wide or thread-local state.
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -198,6 +205,16 @@ mod tests {
         assert_eq!(last(), "frame is NULL");
         let other = std::thread::spawn(last).join().unwrap_or_default();
         assert_eq!(other, "");
+    }
+
+    #[test]
+    fn a_panic_in_a_getter_returns_the_fallback() {
+        let value = guard_value(c"fallback".as_ptr(), || panic!("boom"));
+        // SAFETY: a static NUL-terminated string.
+        assert_eq!(
+            unsafe { CStr::from_ptr(value) }.to_str().ok(),
+            Some("fallback")
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `header_check.rs` fails when the committed header is stale (`EDGETAM_BLESS=1` rewrites it).
 //! `include/edgetam.hpp` is a hand-written C++17 wrapper over the header.
 //!
-//! Every exported function runs inside [`error::guard`]: errors become an [`EdgetamStatus`] and
+//! Every exported function runs inside [`error::guard`] (the string getters inside
+//! [`error::guard_value`]): errors become an [`EdgetamStatus`] and
 //! a per-thread message, panics are caught before they reach C. Handles are boxed Rust values
 //! handed out as opaque pointers; each has one free function that accepts NULL.
 //!
@@ -56,7 +57,7 @@ pub extern "C" fn edgetam_version() -> *const c_char {
             Ok(v) => v,
             Err(_) => c"unknown",
         };
-    VERSION.as_ptr()
+    error::guard_value(c"unknown".as_ptr(), || VERSION.as_ptr())
 }
 
 /// The CPU path models loaded on `"cpu"` run on (a static string): `"cpu "` and the instruction
@@ -68,9 +69,11 @@ pub extern "C" fn edgetam_version() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn edgetam_backend() -> *const c_char {
     static BACKEND: OnceLock<CString> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| CString::new(model::cpu_backend()).unwrap_or_default())
-        .as_ptr()
+    error::guard_value(c"cpu".as_ptr(), || {
+        BACKEND
+            .get_or_init(|| CString::new(model::cpu_backend()).unwrap_or_default())
+            .as_ptr()
+    })
 }
 
 /// The message of the last call that failed on the calling thread (never NULL; `""` if none
@@ -80,7 +83,7 @@ pub extern "C" fn edgetam_backend() -> *const c_char {
 /// Thread safety: may run on several threads at once; each thread sees its own message.
 #[no_mangle]
 pub extern "C" fn edgetam_last_error() -> *const c_char {
-    error::last_error_ptr()
+    error::guard_value(c"".as_ptr(), error::last_error_ptr)
 }
 
 /// The name of a status code, e.g. `"EDGETAM_STATUS_NULL_POINTER"` (a static string;
@@ -105,5 +108,5 @@ pub extern "C" fn edgetam_status_name(status: i32) -> *const c_char {
         11 => c"EDGETAM_STATUS_PANIC",
         _ => c"EDGETAM_STATUS_UNKNOWN",
     };
-    name.as_ptr()
+    error::guard_value(c"EDGETAM_STATUS_UNKNOWN".as_ptr(), || name.as_ptr())
 }

@@ -51,7 +51,11 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// What one `track` call costs through the C ABI over the Rust call: two trackers on one model
-/// and the same frames, called alternately (which goes first alternates too). Run with
+/// and the same frames, called alternately (which goes first alternates too), the sequence
+/// replayed `EDGETAM_OVERHEAD_PASSES` times (default 3); reports each side's median and the
+/// median of the per-frame differences (each pair ran back to back, so load drifts cancel).
+/// Then the fixed cost alone: trackers with no object (the frame is checked, the model does
+/// not run), 2000 calls each, result dropped / freed inside the timing. Run with
 /// `cargo test --release -p edgetam-capi -- --ignored --nocapture overhead`.
 #[test]
 #[ignore = "a measurement, not a check"]
@@ -97,8 +101,13 @@ fn overhead_of_the_c_abi() {
         unsafe { edgetam_tracker_add_box(c, 1, 0, b) },
         EdgetamStatus::Ok
     );
+    let passes: usize = std::env::var("EDGETAM_OVERHEAD_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let (mut t_rust, mut t_c) = (Vec::new(), Vec::new());
-    for i in 0..n {
+    for k in 0..passes * n {
+        let i = k % n;
         let rgb = frames
             .i(i)
             .and_then(|t| t.flatten_all())
@@ -137,7 +146,7 @@ fn overhead_of_the_c_abi() {
             t_c.push(start.elapsed());
             assert_eq!(status, EdgetamStatus::Ok, "{}", last_error());
         };
-        let r = if i % 2 == 0 {
+        let r = if k % 2 == 0 {
             run_c();
             run_rust()
         } else {
@@ -160,15 +169,76 @@ fn overhead_of_the_c_abi() {
         // SAFETY: a result handle, freed once.
         unsafe { edgetam_result_free(result) };
     }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut diffs: Vec<f64> = t_c
+        .iter()
+        .zip(&t_rust)
+        .map(|(c, r)| ms(*c) - ms(*r))
+        .collect();
+    diffs.sort_by(f64::total_cmp);
+    let paired = diffs[diffs.len() / 2];
     let (mr, mc) = (median(t_rust), median(t_c));
     println!(
-        "track at input 256, {n} frames {w}x{h}, median: Rust {:.3} ms, C ABI {:.3} ms, \
-         difference {:+.3} ms ({:+.2} %)",
-        mr.as_secs_f64() * 1e3,
-        mc.as_secs_f64() * 1e3,
-        (mc.as_secs_f64() - mr.as_secs_f64()) * 1e3,
-        (mc.as_secs_f64() / mr.as_secs_f64() - 1.0) * 100.0
+        "track at input 256, {} calls each on {n} frames {w}x{h}, median: Rust {:.3} ms, \
+         C ABI {:.3} ms; median of the per-frame differences (C - Rust) {paired:+.3} ms \
+         ({:+.2} % of the Rust median)",
+        passes * n,
+        ms(mr),
+        ms(mc),
+        paired / ms(mr) * 100.0
     );
+
+    // The fixed cost: no object, so only the frame checks and the result hand-over run.
+    // SAFETY: `model` is a live handle.
+    let mut empty_rust = Tracker::new(unsafe { &*model }.model.clone());
+    let mut empty_c = ptr::null_mut();
+    // SAFETY: live model, valid out-pointer.
+    assert_eq!(
+        unsafe { edgetam_tracker_new(model, &mut empty_c) },
+        EdgetamStatus::Ok
+    );
+    let rgb = vec![7u8; 3 * w * h];
+    let mut frame_empty = EdgetamFrame {
+        format: EdgetamPixelFormat::Rgb8 as i32,
+        width: w as u32,
+        height: h as u32,
+        planes: [EdgetamPlane {
+            data: ptr::null(),
+            stride: 0,
+        }; 3],
+    };
+    frame_empty.planes[0] = EdgetamPlane {
+        data: rgb.as_ptr(),
+        stride: 3 * w,
+    };
+    let (mut e_rust, mut e_c) = (Vec::new(), Vec::new());
+    for k in 0..4000 {
+        let start = Instant::now();
+        if k % 2 == 0 {
+            drop(empty_rust.track(&rgb, w, h).expect("rust track"));
+            e_rust.push(start.elapsed());
+        } else {
+            let mut result = ptr::null_mut();
+            // SAFETY: live tracker, a frame over `rgb`, valid out-pointer; the result is freed
+            // once.
+            unsafe {
+                assert_eq!(
+                    edgetam_tracker_track(empty_c, &frame_empty, &mut result),
+                    EdgetamStatus::Ok
+                );
+                edgetam_result_free(result);
+            }
+            e_c.push(start.elapsed());
+        }
+    }
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "track with no object (fixed cost), 2000 calls each: median Rust {:.2} us, C ABI {:.2} us",
+        us(median(e_rust)),
+        us(median(e_c))
+    );
+    // SAFETY: a tracker handle, freed once.
+    unsafe { edgetam_tracker_free(empty_c) };
     // SAFETY: handles freed once.
     unsafe {
         edgetam_tracker_free(c);
