@@ -36,9 +36,9 @@ export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
 
 # Rust side: the unit tests (the committed header must be what cbindgen generates, the guard,
 # the ABI overhead test is #[ignore]d), then the library and the reference writer in one build
-# (one feature set, so the two run the same tracker code). scripts/test.sh, whose workspace
-# `cargo test` has already run these unit tests and built both, sets CAPI_SKIP_CARGO_TEST=1 and
-# CAPI_BUILD_ARGS to its own package and feature selection, so nothing is compiled again.
+# (one feature set, so the two run the same tracker code; CAPI_BUILD_ARGS replaces the cargo
+# selection). scripts/test.sh, whose workspace `cargo test` has already run these unit tests,
+# sets CAPI_SKIP_CARGO_TEST=1.
 if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
   log=$work/cargo-test.log
   cargo test --release -p edgetam-capi 2>&1 | tee "$log"
