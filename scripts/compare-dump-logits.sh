@@ -7,6 +7,8 @@
 #
 # Default fixtures: fixtures/sequence_256 fixtures/sequence_1024. Needs python3 with numpy,
 # pillow and safetensors (tools/dev/sequence_to_track_args.py). Exit status 1 on any difference.
+# Two instruction-set paths of one binary compare through wrappers that set EDGETAM_ISA
+# (DTYPES=f32 where one side lacks AVX512-BF16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BIN NEW_BIN [FIXTURE ...]" >&2; exit 2; }
@@ -19,6 +21,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 dtypes=(f32)
 grep -qw avx512_bf16 /proc/cpuinfo && dtypes+=(bf16)
+# DTYPES="f32" for a binary (or EDGETAM_ISA cap) without the bf16 mode.
+if [ -n "${DTYPES:-}" ]; then read -r -a dtypes <<< "$DTYPES"; fi
 status=0
 for fx in "${fixtures[@]}"; do
   name=$(basename "$fx")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages edgetam-rs needs on Debian 12 (idempotent; run as root or with sudo).
-# The Rust toolchain itself (rustc/cargo >= 1.89, the workspace's rust-version) must come from rustup:
+# The Rust toolchain itself (rustc/cargo >= 1.94, the workspace's rust-version) must come from rustup:
 # Debian 12's cargo is too old.
 set -euo pipefail
 
@@ -12,11 +12,13 @@ set -euo pipefail
 # gstreamer1.0-opencv + opencv-data: Debian's stock `facedetect` (a detector upstream of the element
 # in its tests) and its cascades; opencv-doc: the sample photo with a face those tests use
 # (/usr/share/doc/opencv-doc/examples/data/messi5.jpg).
+# python3-venv: the venv scripts/test-python.sh tests the Python package in.
 # valgrind: the C ABI's programs under memcheck (scripts/test-capi.sh; gcc / g++ and pkg-config
 # come with build-essential and pkg-config).
 PACKAGES=(build-essential pkg-config ca-certificates valgrind libopencv-dev clang libclang-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
-  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-opencv opencv-data opencv-doc)
+  gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-opencv opencv-data opencv-doc
+  python3-venv)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -34,10 +36,11 @@ else
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "error: cargo not found. Install Rust >= 1.89 with rustup (https://rustup.rs), then re-run." >&2
+  echo "error: cargo not found. Install Rust >= 1.94 with rustup (https://rustup.rs), then re-run." >&2
   exit 1
 fi
-# The workspace's rust-version: the oldest toolchain that builds it (CI builds the tracker with it).
+# The workspace's rust-version: the oldest toolchain that builds it (CI checks the library crates
+# with it; 1.93 stops in candle-core, which calls `__cpuid_count` as a safe function).
 need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")
 have=$(rustc --version | awk '{print $2}')
 if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then

@@ -42,13 +42,37 @@ if [ "${SKIP_CUDA_BUILD:-0}" != 1 ]; then
   GPU_CUDA_MAJOR=12 bash scripts/build-gpu-bundle.sh
   echo "cuda linked build (gpu-bundle): $((SECONDS - bundle_start)) s"
 fi
+# The minimum Rust the workspace declares (rust-version) must really build the library crates:
+# a dependency that raises its own minimum shows up here, not on a user's machine.
+msrv_start=$SECONDS
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+rustup toolchain list | grep -q "^$msrv-" || rustup toolchain install "$msrv" --profile minimal
+msrv_target=/var/cache/edgetam-ci/msrv-target
+mkdir -p "$msrv_target" 2>/dev/null && [ -w "$msrv_target" ] || msrv_target=target/msrv
+CARGO_TARGET_DIR=$msrv_target cargo "+$msrv" check --release --locked \
+  -p edgetam-tracker -p edgetam-pipeline -p edgetam --lib
+echo "msrv (Rust $msrv) check: $((SECONDS - msrv_start)) s"
 log=$(mktemp)
 log13=$(mktemp)
 logcapi=$(mktemp)
-trap 'rm -f "$log" "$log13" "$logcapi"' EXIT
+logpy=$(mktemp)
+trap 'rm -f "$log" "$log13" "$logcapi" "$logpy"' EXIT
 set +e
 cargo test --release --workspace --features "$FEATURES" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Every narrower instruction set this CPU runs (EDGETAM_ISA=avx2, =portable on an AVX-512
+# machine): the kernel and parity tests again on each path, the test binaries above reused.
+isas_start=$SECONDS
+FEATURES="$FEATURES" bash scripts/test-isas.sh 2>&1 | tee -a "$log"
+isas=${PIPESTATUS[0]}
+echo "narrower ISAs (kernel + parity tests): $((SECONDS - isas_start)) s"
+if [ "$status" -eq 0 ]; then status=$isas; fi
+# ARM64: cross-built, linted, kernel and small parity tests under qemu (scripts/test-aarch64.sh).
+aarch64_start=$SECONDS
+bash scripts/test-aarch64.sh 2>&1 | tee -a "$log"
+aarch64=${PIPESTATUS[0]}
+echo "aarch64 (cross build + qemu tests): $((SECONDS - aarch64_start)) s"
+if [ "$status" -eq 0 ]; then status=$aarch64; fi
 set -e
 # The plugin against GStreamer 1.26 (features v1_24 and v1_26: analytics metas, the stock
 # objectdetectionoverlay, a PyGObject client) in a Debian 13 root, cached under
@@ -75,6 +99,18 @@ bash scripts/fuzz.sh
 fuzz_status=$?
 set -e
 echo "fuzz: $((SECONDS - fuzz_start)) s"
+# The Python package (python/): its abi3 wheel built with maturin and installed into a venv
+# cached under /var/cache/edgetam-ci, then its pytest suite (parity with the CLI built above, bad
+# inputs, threads, memory). Warm: ~1-2 min; cold adds the venv (~1 min) and the module's build.
+python_start=$SECONDS
+set +e
+EDGETAM_CLI_FEATURES="$FEATURES" bash scripts/test-python.sh 2>&1 | tee "$logpy"
+python_status=${PIPESTATUS[0]}
+set -e
+# pytest -q's closing line, e.g. "43 passed in 61.20s".
+python_summary=$(grep -E '^[0-9]+ (passed|failed|error)|[0-9]+ (passed|failed|errors?) in ' "$logpy" | tail -n 1 || true)
+echo "python: ${python_summary:-no pytest summary}; $((SECONDS - python_start)) s"
+if [ "$status" -eq 0 ] && [ "$python_status" -ne 0 ]; then status=$python_status; fi
 # The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
 # temporary prefix, programs built with gcc / g++ through pkg-config, results byte-equal to the
 # Rust library's, bad inputs, ASan and valgrind. Its unit tests (the header check among them)
@@ -88,12 +124,12 @@ CAPI_SKIP_CARGO_TEST=1 bash scripts/test-capi.sh 2>&1 | tee "$logcapi"
 capi_status=${PIPESTATUS[0]}
 set -e
 echo "capi (C and C++ programs): $((SECONDS - capi_start)) s"
-if [ "$status" -eq 0 ]; then status=$capi_status; fi
+if [ "$status" -eq 0 ] && [ "$capi_status" -ne 0 ]; then status=$capi_status; fi
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
-echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26)"
+echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26), python: ${python_summary:-none}"
 grep -E '^capi: [0-9]+ passed' "$logcapi" | tail -n 1 || echo "capi: no summary (scripts/test-capi.sh failed to run)"
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
   echo "fuzz: a target found something (fuzz/artifacts/)"

@@ -92,7 +92,7 @@ fn parse_size(s: &str) -> std::result::Result<(usize, usize), String> {
         .ok_or_else(|| format!("`{s}`: expected WIDTHxHEIGHT"))?;
     let w: usize = w.parse().map_err(|_| format!("`{s}`: bad width"))?;
     let h: usize = h.parse().map_err(|_| format!("`{s}`: bad height"))?;
-    if w < 16 || h < 16 || w % 2 != 0 || h % 2 != 0 {
+    if w < 16 || h < 16 || !w.is_multiple_of(2) || !h.is_multiple_of(2) {
         return Err(format!("`{s}`: both sides even and at least 16"));
     }
     Ok((w, h))

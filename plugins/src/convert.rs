@@ -51,7 +51,9 @@ pub fn pixel_format(format: VideoFormat) -> Option<PixelFormat> {
 pub fn check_format(format: VideoFormat, width: u32, height: u32) -> Result<(), ConvertError> {
     match pixel_format(format) {
         None => Err(ConvertError::Format(format)),
-        Some(PixelFormat::Nv12 | PixelFormat::I420) if width % 2 != 0 || height % 2 != 0 => {
+        Some(PixelFormat::Nv12 | PixelFormat::I420)
+            if !width.is_multiple_of(2) || !height.is_multiple_of(2) =>
+        {
             Err(ConvertError::OddSize {
                 format,
                 width,

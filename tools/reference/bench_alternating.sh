@@ -3,10 +3,14 @@
 #
 #   tools/reference/bench_alternating.sh [-r ROUNDS] [-n FRAMES] [-k WARMUP] [-t THREADS]
 #                                        [-o OBJECTS] [-s SIZE] [-p DTYPES] [-e on|off|both]
-#                                        [-d OUTDIR]
+#                                        [-i ISA] [-d OUTDIR]
 #
 # DTYPES: our precisions, `f32` (default), `bf16` or `f32,bf16`; -e: our encoder-ahead modes
-# (default off). The reference always runs serial fp32.
+# (default off). The reference always runs serial fp32. -i ISA (avx512, avx2, neon, portable) holds
+# both sides to one instruction set on a CPU that has a wider one: ours through EDGETAM_ISA, PyTorch
+# through ATEN_CPU_CAPABILITY (its own kernels), ONEDNN_MAX_CPU_ISA (oneDNN's convolutions and
+# matmuls) and MKL_ENABLE_INSTRUCTIONS (MKL's sgemm); for avx2 that is what a Zen 3 or an Intel
+# client CPU runs. Without -i each side uses the widest it has.
 #
 # Measures the float32 matmul peak once, then runs `edgetam bench` and `time_reference.py`
 # alternately ROUNDS times (ours, reference, ours, reference, ...: machine noise and drift hit both
@@ -19,14 +23,14 @@
 # (PYTHON=/path/to/python, default python3). EDGETAM=/path/to/edgetam overrides the binary.
 set -euo pipefail
 
-ROUNDS=2 FRAMES=6 WARMUP=2 THREADS=2 OBJECTS=1 SIZE=1024 OUT="" DTYPES=f32 AHEAD=off
-while getopts "r:n:k:t:o:s:d:p:e:h" opt; do
+ROUNDS=2 FRAMES=6 WARMUP=2 THREADS=2 OBJECTS=1 SIZE=1024 OUT="" DTYPES=f32 AHEAD=off ISA=""
+while getopts "r:n:k:t:o:s:d:p:e:i:h" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; n) FRAMES=$OPTARG ;; k) WARMUP=$OPTARG ;; t) THREADS=$OPTARG ;;
     o) OBJECTS=$OPTARG ;; s) SIZE=$OPTARG ;; d) OUT=$OPTARG ;; p) DTYPES=$OPTARG ;;
-    e) AHEAD=$OPTARG ;;
-    h) sed -n '2,19p' "$0"; exit 0 ;;
-    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+    e) AHEAD=$OPTARG ;; i) ISA=$OPTARG ;;
+    h) sed -n '2,24p' "$0"; exit 0 ;;
+    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -38,6 +42,21 @@ OUT=${OUT:-$(mktemp -d /tmp/edgetam-bench.XXXXXX)}
 mkdir -p "$OUT"
 [ "$FRAMES" -gt "$WARMUP" ] || { echo "-n FRAMES ($FRAMES) must exceed -k WARMUP ($WARMUP)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "build first: cargo build --release --bin edgetam" >&2; exit 1; }
+
+case "$ISA" in
+  "") ;;
+  # PyTorch's names: ATEN_CPU_CAPABILITY default|avx2|avx512; ONEDNN_MAX_CPU_ISA and
+  # MKL_ENABLE_INSTRUCTIONS take AVX2 / AVX512_CORE / AVX512 (SSE4_2 for the narrowest x86 form).
+  avx512) export EDGETAM_ISA=avx512 ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE \
+            MKL_ENABLE_INSTRUCTIONS=AVX512 ;;
+  avx2) export EDGETAM_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
+          MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
+  portable) export EDGETAM_ISA=portable ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 \
+              MKL_ENABLE_INSTRUCTIONS=SSE4_2 ;;
+  neon) export EDGETAM_ISA=neon ;;
+  *) echo "-i: unknown ISA '$ISA' (avx512, avx2, neon or portable)" >&2; exit 2 ;;
+esac
+[ -z "$ISA" ] || echo "== both sides held to $ISA (EDGETAM_ISA=$EDGETAM_ISA${ATEN_CPU_CAPABILITY:+, ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS})"
 
 echo "== fp32 matmul peak, $THREADS threads"
 "$PY" "$REF/time_reference.py" --peak --frames 0 --threads "$THREADS" --json "$OUT/peak.json"

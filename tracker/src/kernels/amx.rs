@@ -19,6 +19,10 @@
 //! Tiles are configured per call (`ldtilecfg` and `tilerelease` around each product), so no
 //! state crosses calls, tasks or threads.
 
+// The bf16 kernels run on x86_64 only (AVX512-BF16, AMX): elsewhere `set_precision` refuses
+// bf16 before they are reached, so parts of their packing go unread there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 /// Rows of a tile, f32 columns of an accumulator tile and bf16 pairs of an input tile row.
 pub(crate) const TILE: usize = 16;
 

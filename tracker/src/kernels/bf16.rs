@@ -2,6 +2,10 @@
 //! value, and whole rows converted or interleaved into the pairs `vdpbf16ps` reads (AVX512-BF16
 //! `vcvtne2ps2bf16`, the same rounding).
 
+// The bf16 kernels run on x86_64 only (AVX512-BF16, AMX): elsewhere `set_precision` refuses
+// bf16 before they are reached, so parts of their packing go unread there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 /// Round-to-nearest-even bf16 bits of `x`.
 pub(crate) fn bf16_bits(x: f32) -> u32 {
     u32::from(half::bf16::from_f32(x).to_bits())

@@ -55,10 +55,7 @@ impl std::str::FromStr for Isa {
         Isa::ALL
             .into_iter()
             .find(|isa| isa.name() == s)
-            .ok_or_else(|| IsaError::Unknown {
-                value: s,
-                available: names(&available_isas()),
-            })
+            .ok_or(IsaError::Unknown { value: s })
     }
 }
 
@@ -66,11 +63,11 @@ impl std::str::FromStr for Isa {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IsaError {
     /// The value names no instruction set.
-    #[error("EDGETAM_ISA={value:?} is not one of avx512, avx2, neon, portable (this CPU runs {available})")]
-    Unknown { value: String, available: String },
+    #[error("EDGETAM_ISA={value:?} is not one of avx512, avx2, neon, portable (this CPU runs {})", names(&available_isas()))]
+    Unknown { value: String },
     /// The value names an instruction set this CPU lacks.
-    #[error("EDGETAM_ISA={requested} cannot run here: this CPU runs {available}")]
-    NotOnThisCpu { requested: Isa, available: String },
+    #[error("EDGETAM_ISA={requested} cannot run here: this CPU runs {}", names(&available_isas()))]
+    NotOnThisCpu { requested: Isa },
 }
 
 fn names(isas: &[Isa]) -> String {
@@ -156,10 +153,7 @@ fn state() -> &'static State {
                 if available.contains(&isa) {
                     Ok(isa)
                 } else {
-                    Err(IsaError::NotOnThisCpu {
-                        requested: isa,
-                        available: names(&available),
-                    })
+                    Err(IsaError::NotOnThisCpu { requested: isa })
                 }
             }),
             _ => Ok(widest),
@@ -224,11 +218,6 @@ fn amx_usable() -> bool {
         return false;
     }
     request_tile_data()
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn amx_usable() -> bool {
-    false
 }
 
 /// Asks Linux for the AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`);

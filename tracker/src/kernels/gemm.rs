@@ -247,7 +247,7 @@ pub(crate) unsafe fn packed_unchecked(
     ldc: usize,
     accumulate: bool,
 ) {
-    crate::kernels::simd::dispatch(Product {
+    let product = Product {
         m,
         a,
         lda,
@@ -257,41 +257,28 @@ pub(crate) unsafe fn packed_unchecked(
         c,
         ldc,
         accumulate,
-    })
+    };
+    crate::kernels::simd::dispatch_at(product_isa(), product)
 }
 
-/// [`packed_unchecked`] at a chosen instruction set (tests walk every one the CPU runs).
-///
-/// # Safety
-/// As [`packed_unchecked`].
+/// The instruction set [`packed_unchecked`] runs at: the one in effect, or in tests the one
+/// [`PRODUCT_ISA`] names (tests walk every ISA the CPU runs).
+#[cfg(not(test))]
+fn product_isa() -> crate::kernels::cpu::Isa {
+    crate::kernels::cpu::in_effect()
+}
+
 #[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn packed_unchecked_at(
-    isa: crate::kernels::cpu::Isa,
-    m: usize,
-    a: &[f32],
-    lda: usize,
-    b: &PackedB,
-    k_range: std::ops::Range<usize>,
-    n_range: std::ops::Range<usize>,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-) {
-    crate::kernels::simd::dispatch_at(
-        isa,
-        Product {
-            m,
-            a,
-            lda,
-            b,
-            k_range,
-            n_range,
-            c,
-            ldc,
-            accumulate,
-        },
-    )
+thread_local! {
+    static PRODUCT_ISA: std::cell::Cell<Option<crate::kernels::cpu::Isa>> =
+        const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+fn product_isa() -> crate::kernels::cpu::Isa {
+    PRODUCT_ISA
+        .with(|isa| isa.get())
+        .unwrap_or_else(crate::kernels::cpu::in_effect)
 }
 
 /// One product's operands, as the [`Kernel`] every instruction set runs.
@@ -721,21 +708,9 @@ mod tests {
             for isa in crate::kernels::cpu::available_isas() {
                 for accumulate in [false, true] {
                     let mut c = vec![0.25f32; m * n];
-                    // SAFETY: `a` is `m x k`, `c` `m x n` (row stride n), the ranges are B's own.
-                    unsafe {
-                        packed_unchecked_at(
-                            isa,
-                            m,
-                            &a,
-                            k,
-                            &packed,
-                            0..k,
-                            0..n,
-                            c.as_mut_ptr(),
-                            n,
-                            accumulate,
-                        )
-                    };
+                    PRODUCT_ISA.with(|at| at.set(Some(isa)));
+                    gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, accumulate);
+                    PRODUCT_ISA.with(|at| at.set(None));
                     let base = if accumulate { 0.25 } else { 0.0 };
                     let err = c
                         .iter()

@@ -175,6 +175,57 @@ impl F32s for Portable {
     }
 }
 
+/// An [`F32s`] impl whose every method is one intrinsic of its instruction set (the x86 and
+/// NEON vectors differ only in the intrinsics' names): `splat` (also `zero`) takes the lane
+/// value, `store` the pointer first, `mul_add` computes `a * b + c` with one rounding, then the
+/// lane-wise binary operations. Extra methods (the partial loads and stores where the ISA masks
+/// them) follow.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! intrinsic_f32s {
+    (
+        $vector:ident: $lanes:literal lanes, $registers:literal registers, $isa:expr;
+        splat $splat:path, load $load:path, store $store:path, mul_add $fma:expr;
+        $($binary:ident $intrinsic:path),+;
+        $($extra:tt)*
+    ) => {
+        // SAFETY (every method below): one intrinsic of the vector's instruction set, which the
+        // trait's contract says the CPU has; pointers are the caller's, per the trait's contract.
+        impl F32s for $vector {
+            const LANES: usize = $lanes;
+            const REGISTERS: usize = $registers;
+            const ISA: Isa = $isa;
+
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                Self(unsafe { $splat(0.0) })
+            }
+            #[inline(always)]
+            unsafe fn splat(x: f32) -> Self {
+                Self(unsafe { $splat(x) })
+            }
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                Self(unsafe { $load(p) })
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                unsafe { $store(p, self.0) }
+            }
+            $(
+                #[inline(always)]
+                unsafe fn $binary(self, o: Self) -> Self {
+                    Self(unsafe { $intrinsic(self.0, o.0) })
+                }
+            )+
+            #[inline(always)]
+            unsafe fn mul_add(self, b: Self, c: Self) -> Self {
+                Self(unsafe { ($fma)(self.0, b.0, c.0) })
+            }
+            $($extra)*
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     //! The x86-64 vectors. Each method is one intrinsic; they inline into the entry function
@@ -190,53 +241,10 @@ pub(crate) mod x86 {
     #[derive(Clone, Copy)]
     pub(crate) struct Avx2(__m256);
 
-    // SAFETY (every method below): one intrinsic of the vector's instruction set, which the
-    // trait's contract says the CPU has; pointers are the caller's, per the trait's contract.
-    impl F32s for Avx512 {
-        const LANES: usize = 16;
-        const REGISTERS: usize = 32;
-        const ISA: Isa = Isa::Avx512;
-
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            Self(unsafe { _mm512_setzero_ps() })
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> Self {
-            Self(unsafe { _mm512_set1_ps(x) })
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            Self(unsafe { _mm512_loadu_ps(p) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            unsafe { _mm512_storeu_ps(p, self.0) }
-        }
-        #[inline(always)]
-        unsafe fn add(self, o: Self) -> Self {
-            Self(unsafe { _mm512_add_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul(self, o: Self) -> Self {
-            Self(unsafe { _mm512_mul_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn div(self, o: Self) -> Self {
-            Self(unsafe { _mm512_div_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn max(self, o: Self) -> Self {
-            Self(unsafe { _mm512_max_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn min(self, o: Self) -> Self {
-            Self(unsafe { _mm512_min_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul_add(self, b: Self, c: Self) -> Self {
-            Self(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
-        }
+    intrinsic_f32s! {
+        Avx512: 16 lanes, 32 registers, Isa::Avx512;
+        splat _mm512_set1_ps, load _mm512_loadu_ps, store _mm512_storeu_ps, mul_add _mm512_fmadd_ps;
+        add _mm512_add_ps, mul _mm512_mul_ps, div _mm512_div_ps, max _mm512_max_ps, min _mm512_min_ps;
         #[inline(always)]
         unsafe fn load_partial(p: *const f32, n: usize) -> Self {
             Self(unsafe { _mm512_maskz_loadu_ps(lanes_mask(n), p) })
@@ -253,51 +261,10 @@ pub(crate) mod x86 {
         ((1u32 << n.min(16)) - 1) as __mmask16
     }
 
-    impl F32s for Avx2 {
-        const LANES: usize = 8;
-        const REGISTERS: usize = 16;
-        const ISA: Isa = Isa::Avx2;
-
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            Self(unsafe { _mm256_setzero_ps() })
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> Self {
-            Self(unsafe { _mm256_set1_ps(x) })
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            Self(unsafe { _mm256_loadu_ps(p) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            unsafe { _mm256_storeu_ps(p, self.0) }
-        }
-        #[inline(always)]
-        unsafe fn add(self, o: Self) -> Self {
-            Self(unsafe { _mm256_add_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul(self, o: Self) -> Self {
-            Self(unsafe { _mm256_mul_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn div(self, o: Self) -> Self {
-            Self(unsafe { _mm256_div_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn max(self, o: Self) -> Self {
-            Self(unsafe { _mm256_max_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn min(self, o: Self) -> Self {
-            Self(unsafe { _mm256_min_ps(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul_add(self, b: Self, c: Self) -> Self {
-            Self(unsafe { _mm256_fmadd_ps(self.0, b.0, c.0) })
-        }
+    intrinsic_f32s! {
+        Avx2: 8 lanes, 16 registers, Isa::Avx2;
+        splat _mm256_set1_ps, load _mm256_loadu_ps, store _mm256_storeu_ps, mul_add _mm256_fmadd_ps;
+        add _mm256_add_ps, mul _mm256_mul_ps, div _mm256_div_ps, max _mm256_max_ps, min _mm256_min_ps;
     }
 }
 
@@ -311,53 +278,11 @@ pub(crate) mod neon {
     #[derive(Clone, Copy)]
     pub(crate) struct Neon(float32x4_t);
 
-    // SAFETY (every method below): NEON is baseline on aarch64; pointers are the caller's, per
-    // the trait's contract.
-    impl F32s for Neon {
-        const LANES: usize = 4;
-        const REGISTERS: usize = 32;
-        const ISA: Isa = Isa::Neon;
-
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            Self(unsafe { vdupq_n_f32(0.0) })
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> Self {
-            Self(unsafe { vdupq_n_f32(x) })
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            Self(unsafe { vld1q_f32(p) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            unsafe { vst1q_f32(p, self.0) }
-        }
-        #[inline(always)]
-        unsafe fn add(self, o: Self) -> Self {
-            Self(unsafe { vaddq_f32(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul(self, o: Self) -> Self {
-            Self(unsafe { vmulq_f32(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn div(self, o: Self) -> Self {
-            Self(unsafe { vdivq_f32(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn max(self, o: Self) -> Self {
-            Self(unsafe { vmaxq_f32(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn min(self, o: Self) -> Self {
-            Self(unsafe { vminq_f32(self.0, o.0) })
-        }
-        #[inline(always)]
-        unsafe fn mul_add(self, b: Self, c: Self) -> Self {
-            // vfmaq_f32(c, a, b) = c + a * b, one rounding.
-            Self(unsafe { vfmaq_f32(c.0, self.0, b.0) })
-        }
+    // NEON is baseline on aarch64.
+    intrinsic_f32s! {
+        Neon: 4 lanes, 32 registers, Isa::Neon;
+        // vfmaq_f32(c, a, b) = c + a * b, one rounding.
+        splat vdupq_n_f32, load vld1q_f32, store vst1q_f32, mul_add |a, b, c| vfmaq_f32(c, a, b);
+        add vaddq_f32, mul vmulq_f32, div vdivq_f32, max vmaxq_f32, min vminq_f32;
     }
 }

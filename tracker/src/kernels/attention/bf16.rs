@@ -10,6 +10,10 @@
 //!
 //! Only CPUs with AVX512-BF16 run it ([`cpu::bf16`]); elsewhere callers get the exact f32 kernel.
 
+// The bf16 kernels run on x86_64 only (AVX512-BF16, AMX): elsewhere `set_precision` refuses
+// bf16 before they are reached, so parts of their packing go unread there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use candle_core::{DType, Result, Shape, Tensor};
 
 use crate::kernels::amx::{self, AlignedPairs};

@@ -327,7 +327,10 @@ pub(crate) fn online_softmax(
     out: &mut [f32],
     d: usize,
 ) {
-    crate::kernels::wide(|| online_softmax_body(s, cols, scale, max, sum, out, d));
+    crate::kernels::wide(
+        #[inline(always)]
+        || online_softmax_body(s, cols, scale, max, sum, out, d),
+    );
 }
 
 /// Lanes of the explicit partial maxima / sums (so the reductions vectorize).

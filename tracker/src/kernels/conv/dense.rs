@@ -252,7 +252,10 @@ fn im2col_segment(src: &[f32], out: &mut [f32], x0: usize, p: usize, s: usize) {
 /// the callers' threads are compiled for baseline x86-64, and at SSE width this gather was
 /// about a third of the stride-2 convolutions' time.
 fn every_other(src: &[f32], out: &mut [f32]) {
-    crate::kernels::wide(|| every_other_body(src, out));
+    crate::kernels::wide(
+        #[inline(always)]
+        || every_other_body(src, out),
+    );
 }
 
 /// Pairs: the form LLVM vectorizes as an interleaved load.

@@ -92,7 +92,10 @@ impl Depthwise {
     ) {
         // The callers (the channel mixer's tasks) are compiled for baseline x86-64: the
         // widest vectors in effect, the same operations (no FMA contraction), the same bits.
-        crate::kernels::wide(|| self.row_segment_body(c, plane, hw, at, out));
+        crate::kernels::wide(
+            #[inline(always)]
+            || self.row_segment_body(c, plane, hw, at, out),
+        );
     }
 
     #[inline(always)]

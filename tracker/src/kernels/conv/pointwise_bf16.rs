@@ -7,6 +7,10 @@
 //! sit in registers; each worker owns a range of pixels, so its slice of the packed input stays
 //! in cache while every output channel reads it.
 
+// The bf16 kernels run on x86_64 only (AVX512-BF16, AMX): elsewhere `set_precision` refuses
+// bf16 before they are reached, so parts of their packing go unread there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use crate::kernels::amx::{self, AlignedPairs};
 
 /// Pixels per task of [`conv`] (a multiple of 64): its local output block (`out x 256`

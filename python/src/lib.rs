@@ -1,0 +1,58 @@
+//! `import edgetam`: EdgeTAM video object tracking from Python. numpy frames in (borrowed, not
+//! copied, where the layout allows), masks out as `numpy.ndarray[bool]`, the GIL released while
+//! the model runs, Rust errors as `edgetam.Error` subclasses, no panic reaching Python.
+//!
+//! Built by maturin as `edgetam._edgetam`; `python/edgetam/__init__.py` re-exports it and
+//! `_edgetam.pyi` types it.
+
+mod bench;
+mod errors;
+mod frame;
+mod model;
+mod pipeline;
+mod prompts;
+mod results;
+mod tracker;
+
+use pyo3::prelude::*;
+
+/// Where models run on this machine's CPU: `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or
+/// `"cpu portable"`, the instruction-set path the CPU kernels take (the widest this CPU has, or
+/// the one `EDGETAM_ISA` names). Raises `InvalidInputError` when `EDGETAM_ISA` names a path that
+/// is unknown or that this CPU lacks (loading a model then fails the same way).
+#[pyfunction(name = "backend")]
+fn py_backend(py: Python<'_>) -> PyResult<String> {
+    edgetam_tracker::isa()
+        .map(|isa| cpu_backend(Some(isa)))
+        .map_err(|e| errors::Failure::from(edgetam_tracker::Error::from(e)).into_py(py))
+}
+
+/// The CPU backend's name: `"cpu <isa>"`, or `"cpu"` when the instruction set is not known.
+pub(crate) fn cpu_backend(isa: Option<edgetam_tracker::Isa>) -> String {
+    match isa {
+        Some(isa) => format!("cpu {isa}"),
+        None => "cpu".to_string(),
+    }
+}
+
+#[pymodule]
+fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // As the CLI and the GStreamer plugin do first thing: RAYON_NUM_THREADS to the core count
+    // and candle's spin limit, where the caller set neither (8-10 % of a tracked frame on 2
+    // cores, README "Pipeline (library)"). At import, before any model exists or runs; it
+    // writes the environment as `os.environ[...] = ...` does (setenv, with the GIL held).
+    edgetam_tracker::pin_default_threads();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<model::Model>()?;
+    m.add_class::<tracker::Tracker>()?;
+    m.add_class::<pipeline::Pipeline>()?;
+    m.add_class::<pipeline::PipelineOutput>()?;
+    m.add_class::<results::FrameResult>()?;
+    m.add_class::<results::ObjectResult>()?;
+    m.add_function(wrap_pyfunction!(py_backend, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_rust_track_times, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_result_conversion_times, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
+    Ok(())
+}

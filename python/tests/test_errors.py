@@ -1,0 +1,214 @@
+"""Bad inputs raise the right exception (an edgetam.Error that is also a ValueError or an
+OSError, with the Rust message) and the tracker keeps working afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import edgetam
+
+from conftest import FIXTURES
+
+
+def test_exception_classes():
+    assert issubclass(edgetam.InvalidFrameError, edgetam.InvalidInputError)
+    assert issubclass(edgetam.InvalidPromptError, edgetam.InvalidInputError)
+    assert issubclass(edgetam.InvalidInputError, ValueError)
+    assert issubclass(edgetam.InvalidInputError, edgetam.Error)
+    assert issubclass(edgetam.ModelFileError, OSError)
+    assert issubclass(edgetam.ModelFileError, edgetam.Error)
+    assert issubclass(edgetam.PipelineError, RuntimeError)
+    assert edgetam.Error.__module__ == "edgetam"
+
+
+@pytest.fixture
+def tracker(model, sequence):
+    """A tracker with object 1 tracked on two frames."""
+    t = model.tracker()
+    t.add_box(1, 0, (35, 57, 93, 108))
+    t.track(sequence.frames[0])
+    t.track(sequence.frames[1])
+    return t
+
+
+def still_works(tracker, sequence, reference=None):
+    """Tracks the next frame; the object is still there (and matches `reference` if given)."""
+    r = tracker.track(sequence.frames[2])
+    assert [o.id for o in r.objects] == [1]
+    if reference is not None:
+        assert np.array_equal(r.objects[0].mask, reference.objects[0].mask)
+        assert r.objects[0].score == reference.objects[0].score
+    return r
+
+
+@pytest.fixture
+def reference(model, sequence):
+    t = model.tracker()
+    t.add_box(1, 0, (35, 57, 93, 108))
+    for f in range(2):
+        t.track(sequence.frames[f])
+    return t.track(sequence.frames[2])
+
+
+BAD_FRAMES = {
+    "float32": (lambda f: f.astype(np.float32), edgetam.InvalidFrameError, "uint8"),
+    "int16": (lambda f: f.astype(np.int16), edgetam.InvalidFrameError, "uint8"),
+    "2 channels": (lambda f: f[..., :2], edgetam.InvalidFrameError, "shape"),
+    "4-D": (lambda f: f[None], edgetam.InvalidFrameError, "shape"),
+    "1-D": (lambda f: f.reshape(-1), edgetam.InvalidFrameError, "shape"),
+    "every other column": (lambda f: f[:, ::2], edgetam.InvalidFrameError, "contiguous"),
+    "channels reversed view": (lambda f: f[..., ::-1], edgetam.InvalidFrameError, "contiguous"),
+    "flipped rows": (lambda f: f[::-1], edgetam.InvalidFrameError, "contiguous"),
+    "transposed": (lambda f: f.transpose(1, 0, 2), edgetam.InvalidFrameError, "contiguous"),
+    "Fortran order": (lambda f: np.asfortranarray(f), edgetam.InvalidFrameError, "contiguous"),
+    "empty": (lambda f: f[:0], edgetam.InvalidFrameError, "at least one pixel"),
+    "list": (lambda f: f.tolist(), TypeError, "numpy.ndarray"),
+    "bytes": (lambda f: f.tobytes(), TypeError, "numpy.ndarray"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FRAMES))
+def test_bad_frames(tracker, sequence, reference, case):
+    make, exc, words = BAD_FRAMES[case]
+    with pytest.raises(exc, match=words):
+        tracker.track(make(sequence.frames[2]))
+    if exc is edgetam.InvalidFrameError:
+        with pytest.raises(ValueError):
+            tracker.track(make(sequence.frames[2]))
+    still_works(tracker, sequence, reference)
+
+
+def test_bad_format(tracker, sequence, reference):
+    with pytest.raises(edgetam.InvalidFrameError, match="unknown format"):
+        tracker.track(sequence.frames[2], format="yuv")
+    with pytest.raises(edgetam.InvalidFrameError, match="does not fit"):
+        tracker.track(sequence.frames[2], format="rgba")
+    still_works(tracker, sequence, reference)
+
+
+def test_box_outside_frame(tracker, sequence, reference):
+    # The frame size is known: refused at once.
+    with pytest.raises(edgetam.InvalidPromptError, match="object 2") as e:
+        tracker.add_box(2, 2, (10, 10, 1000, 50))
+    assert isinstance(e.value, ValueError) and isinstance(e.value, edgetam.Error)
+    assert tracker.objects == [1]
+    still_works(tracker, sequence, reference)
+
+
+def test_box_outside_first_frame(model, sequence):
+    # Before the first frame the size is unknown: the frame that would apply it refuses it,
+    # drops the prompt, and the next frame tracks normally.
+    t = model.tracker()
+    t.add_box(1, 0, (-50, 0, 10, 10))
+    with pytest.raises(edgetam.InvalidPromptError, match="object 1"):
+        t.track(sequence.frames[0])
+    t.add_box(1, 0, (35, 57, 93, 108))
+    assert [o.id for o in t.track(sequence.frames[0]).objects] == [1]
+
+
+BAD_PROMPTS = {
+    "unknown object": (lambda t: t.remove(7), "object 7 is not tracked"),
+    "no points": (lambda t: t.add_points(2, 2, []), "at least one point"),
+    "bad label": (lambda t: t.add_points(2, 2, [(5, 5, 3)]), "label"),
+    "bad point": (lambda t: t.add_points(2, 2, [(5,)]), r"\(x, y\)"),
+    "wrong frame": (lambda t: t.add_box(2, 9, (1, 1, 5, 5)), "frame 9"),
+    "mask size": (lambda t: t.add_mask(2, 2, np.ones((10, 10), bool)), "outside|size|10x10"),
+    "mask dtype": (lambda t: t.add_mask(2, 2, np.ones((160, 240), np.float32)), "bool or uint8"),
+    "mask 3-D": (lambda t: t.add_mask(2, 2, np.ones((160, 240, 1), bool)), "2-D"),
+    "negative object": (lambda t: t.add_box(-1, 2, (1, 1, 5, 5)), "object id -1 is out of range"),
+    "object id above u32": (lambda t: t.remove(2**32), "out of range"),
+    "negative frame": (lambda t: t.add_points(2, -3, [(5, 5)]), "frame index -3 is negative"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PROMPTS))
+def test_bad_prompts(tracker, sequence, reference, case):
+    call, words = BAD_PROMPTS[case]
+    with pytest.raises(edgetam.InvalidPromptError, match=words):
+        call(tracker)
+    still_works(tracker, sequence, reference)
+
+
+def test_model_errors():
+    with pytest.raises(edgetam.ModelFileError) as e:
+        edgetam.Model.load(FIXTURES / "no-such-model")
+    assert isinstance(e.value, OSError) and "no-such-model" in str(e.value)
+    with pytest.raises(edgetam.InvalidInputError, match="multiple of 256|input size"):
+        edgetam.Model.load(FIXTURES / "model", input_size=300)
+    with pytest.raises(edgetam.InvalidInputError, match="f32 or bf16"):
+        edgetam.Model.load(FIXTURES / "model", precision="f64")
+    with pytest.raises(edgetam.InvalidInputError, match="device"):
+        edgetam.Model.load(FIXTURES / "model", device="tpu")
+
+
+def test_pipeline_errors(model, sequence):
+    with pytest.raises(edgetam.InvalidInputError, match="drop"):
+        model.pipeline(drop="sometimes")
+    with pytest.raises(edgetam.InvalidInputError, match="queue_capacity"):
+        model.pipeline(queue=0)
+    p = model.pipeline()
+    with pytest.raises(edgetam.InvalidFrameError):
+        p.push(sequence.frames[0].astype(np.float32))
+    with pytest.raises(edgetam.InvalidPromptError):
+        p.add_points(1, [])
+    # A prompt outside the frame fails its frame (reported, not raised); the next one works.
+    p.add_box(1, (0, 0, 999, 999))
+    p.push(sequence.frames[0])
+    p.add_box(1, (35, 57, 93, 108))
+    p.push(sequence.frames[1])
+    p.finish()
+    first, second = p.recv(timeout=60), p.recv(timeout=60)
+    assert first.outcome == "failed" or first.command_errors
+    errors = ([first.error] if first.error else []) + first.command_errors
+    assert all(isinstance(e, edgetam.InvalidPromptError) for e in errors) and errors
+    assert second.outcome == "tracked" and [o.id for o in second.result.objects] == [1]
+    assert p.recv(timeout=60) is None
+    p.close()
+    with pytest.raises(edgetam.PipelineError, match="closed"):
+        p.push(sequence.frames[0])
+    assert list(p) == []
+
+
+def test_version_and_backend(model):
+    assert edgetam.__version__.count(".") == 2
+    assert edgetam.backend() in ("cpu avx512", "cpu avx2", "cpu neon", "cpu portable")
+    assert model.backend == edgetam.backend()
+    assert model.input_size == 256 and model.precision == "f32"
+
+
+def test_panic_becomes_edgetam_error(tracker, sequence, reference):
+    """A panic in Rust code run by a call is caught: edgetam.Error with its message, not pyo3's
+    PanicException (a BaseException that `except Exception` misses); the module keeps working."""
+    from edgetam import _edgetam
+
+    with pytest.raises(edgetam.Error, match="internal error \\(panic\\): deliberate panic"):
+        _edgetam._panic_for_test()
+    still_works(tracker, sequence, reference)
+
+
+def test_bad_edgetam_isa():
+    """EDGETAM_ISA naming a path this CPU cannot run: backend() and Model.load raise
+    InvalidInputError with the Rust message (read once per process, hence a child process)."""
+    code = "\n".join(
+        [
+            "import edgetam",
+            "for call in (edgetam.backend, lambda: edgetam.Model.load(%r, input_size=256)):"
+            % str(FIXTURES / "model"),
+            "    try:",
+            "        call()",
+            "    except edgetam.InvalidInputError as e:",
+            "        print('raised:', e)",
+        ]
+    )
+    env = {**os.environ, "EDGETAM_ISA": "sse9"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out
+    assert all(line.startswith("raised: EDGETAM_ISA=\"sse9\"") for line in lines), lines
