@@ -117,7 +117,8 @@ if [ "$status" -eq 0 ] && [ "$python_status" -ne 0 ]; then status=$python_status
 # ran in the workspace tests above; the library is built with its own features, not the
 # workspace's (which put OpenCV into the tracker, so into libedgetam.a): the tracker and the
 # C ABI crate compile once more (~2-3 min on 2 cores cold), then ~1 min of programs plus
-# valgrind (a few minutes: one output per replay).
+# valgrind (~7 min on the shared 2-core machine, the bad-input program's four tracked frames
+# the longest; one output per replay).
 capi_start=$SECONDS
 set +e
 CAPI_SKIP_CARGO_TEST=1 bash scripts/test-capi.sh 2>&1 | tee "$logcapi"
