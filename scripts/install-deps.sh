@@ -13,7 +13,9 @@ set -euo pipefail
 # in its tests) and its cascades; opencv-doc: the sample photo with a face those tests use
 # (/usr/share/doc/opencv-doc/examples/data/messi5.jpg).
 # python3-venv: the venv scripts/test-python.sh tests the Python package in.
-PACKAGES=(build-essential pkg-config ca-certificates libopencv-dev clang libclang-dev
+# valgrind: the C ABI's programs under memcheck (scripts/test-capi.sh; gcc / g++ and pkg-config
+# come with build-essential and pkg-config).
+PACKAGES=(build-essential pkg-config ca-certificates valgrind libopencv-dev clang libclang-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-opencv opencv-data opencv-doc
   python3-venv)

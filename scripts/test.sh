@@ -54,8 +54,9 @@ CARGO_TARGET_DIR=$msrv_target cargo "+$msrv" check --release --locked \
 echo "msrv (Rust $msrv) check: $((SECONDS - msrv_start)) s"
 log=$(mktemp)
 log13=$(mktemp)
+logcapi=$(mktemp)
 logpy=$(mktemp)
-trap 'rm -f "$log" "$log13" "$logpy"' EXIT
+trap 'rm -f "$log" "$log13" "$logcapi" "$logpy"' EXIT
 set +e
 cargo test --release --workspace --features "$FEATURES" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
@@ -110,11 +111,27 @@ set -e
 python_summary=$(grep -E '^[0-9]+ (passed|failed|error)|[0-9]+ (passed|failed|errors?) in ' "$logpy" | tail -n 1 || true)
 echo "python: ${python_summary:-no pytest summary}; $((SECONDS - python_start)) s"
 if [ "$status" -eq 0 ] && [ "$python_status" -ne 0 ]; then status=$python_status; fi
+# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
+# temporary prefix, programs built with gcc / g++ through pkg-config, results byte-equal to the
+# Rust library's, bad inputs, ASan and valgrind. Its unit tests (the header check among them)
+# ran in the workspace tests above; the library is built with its own features, not the
+# workspace's (which put OpenCV into the tracker, so into libedgetam.a): the tracker and the
+# C ABI crate compile once more (~2-3 min on 2 cores cold), then ~1 min of programs plus
+# valgrind (~7 min on the shared 2-core machine, the bad-input program's four tracked frames
+# the longest; one output per replay).
+capi_start=$SECONDS
+set +e
+CAPI_SKIP_CARGO_TEST=1 bash scripts/test-capi.sh 2>&1 | tee "$logcapi"
+capi_status=${PIPESTATUS[0]}
+set -e
+echo "capi (C and C++ programs): $((SECONDS - capi_start)) s"
+if [ "$status" -eq 0 ] && [ "$capi_status" -ne 0 ]; then status=$capi_status; fi
 # cargo prints one "test result" line per test binary (the last ones are often empty doc-tests):
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
 echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26), python: ${python_summary:-none}"
+grep -E '^capi: [0-9]+ passed' "$logcapi" | tail -n 1 || echo "capi: no summary (scripts/test-capi.sh failed to run)"
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
   echo "fuzz: a target found something (fuzz/artifacts/)"
   status=$fuzz_status

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Tests the C ABI (capi/) as C and C++ users get it: builds the library, installs it into a
+# temporary prefix, compiles the C and C++ test programs with gcc / g++ through
+# `pkg-config --cflags --libs edgetam`, runs them on the committed fixture model and sequence
+# (fixtures/model, fixtures/sequence_256 at input 256), compares every mask and score with the
+# Rust library's byte for byte, checks the bad-input cases, and runs the programs under
+# valgrind's memcheck (no error, no definite leak). Ends with `capi: N passed, M failed`.
+#
+# The same programs then run under ASan + UBSan + LSan (every output) and valgrind's memcheck
+# (VALGRIND_OUTPUTS outputs, default 1: valgrind runs the model ~100x slower;
+# CAPI_SKIP_VALGRIND=1 skips it for a quick local run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+passed=0
+failed=0
+pass() { echo "capi ok: $1"; passed=$((passed + 1)); }
+fail() { echo "capi FAIL: $1"; failed=$((failed + 1)); }
+# `check NAME COMMAND...`: one test, its output shown.
+check() {
+  local name=$1
+  shift
+  if "$@"; then pass "$name"; else fail "$name"; fi
+}
+finish() {
+  echo "capi time: $((SECONDS - start)) s"
+  echo "capi: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit $?
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+model=fixtures/model
+export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
+
+# Rust side: the unit tests (the committed header must be what cbindgen generates, the guard,
+# the ABI overhead test is #[ignore]d), then the library and the reference writer in one build
+# (one feature set, so the two run the same tracker code; CAPI_BUILD_ARGS replaces the cargo
+# selection). scripts/test.sh, whose workspace `cargo test` has already run these unit tests,
+# sets CAPI_SKIP_CARGO_TEST=1.
+if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
+  log=$work/cargo-test.log
+  cargo test --release -p edgetam-capi 2>&1 | tee "$log"
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail "cargo test -p edgetam-capi"; fi
+  read -r rust_passed rust_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
+    if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
+  passed=$((passed + rust_passed))
+  failed=$((failed + rust_failed))
+fi
+read -r -a build_args <<< "${CAPI_BUILD_ARGS:--p edgetam-capi --lib --example reference}"
+if ! cargo build --release "${build_args[@]}"; then
+  fail "build libedgetam and the reference writer"
+  finish
+fi
+export EDGETAM_CAPI_PREBUILT=1 # install-capi.sh: install what was just built
+check "install into a temporary prefix" bash scripts/install-capi.sh "$prefix"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+export LD_LIBRARY_PATH=$prefix/lib
+check "pkg-config knows edgetam" pkg-config --exists edgetam
+flags=$(pkg-config --cflags --libs edgetam)
+echo "pkg-config --cflags --libs edgetam: $flags"
+
+# The programs, against the installed library only.
+cc_flags=(-O2 -g -Wall -Wextra -Werror)
+# shellcheck disable=SC2086 # $flags is a list of compiler flags
+check "gcc track.c" gcc -std=c11 "${cc_flags[@]}" capi/tests/c/track.c -o "$work/track_c" $flags
+# shellcheck disable=SC2086
+check "gcc errors.c" gcc -std=c11 "${cc_flags[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c" $flags
+# shellcheck disable=SC2086
+check "g++ track.cpp" g++ -std=c++17 "${cc_flags[@]}" capi/tests/cpp/track.cpp -o "$work/track_cpp" $flags
+# shellcheck disable=SC2086
+check "gcc errors.c, static libedgetam.a" gcc -std=c11 "${cc_flags[@]}" -pthread \
+  capi/tests/c/errors.c -o "$work/errors_static" $(pkg-config --cflags edgetam) \
+  "$prefix/lib/libedgetam.a" $(pkg-config --static --libs-only-l edgetam | sed 's/-ledgetam//')
+check "the shared library has its soname" \
+  bash -c "readelf -d '$prefix/lib/libedgetam.so' | grep -q 'SONAME.*libedgetam.so.0'"
+
+# The Rust library's results on the case, then the C and C++ programs', byte for byte.
+case_dir=$work/case
+check "reference (Rust) results" target/release/examples/reference "$model" fixtures/sequence_256 "$case_dir"
+compare() { # compare NAME PREFIX: the program's text and masks equal the reference's
+  check "$1: results equal Rust's ($(grep -c '^out' "$case_dir/expected.txt") outputs, \
+$(grep -c '^  obj' "$case_dir/expected.txt") object results: scores, IoUs, boxes, areas)" \
+    cmp "$2.txt" "$case_dir/expected.txt"
+  check "$1: masks equal Rust's ($(stat -c %s "$case_dir/expected.masks") bytes)" \
+    cmp "$2.masks" "$case_dir/expected.masks"
+}
+if [ -x "$work/track_c" ] && check "C program runs" "$work/track_c" "$model" "$case_dir" "$work/c" 256; then
+  compare C "$work/c"
+fi
+if [ -x "$work/track_cpp" ] && check "C++ program runs" "$work/track_cpp" "$model" "$case_dir" "$work/cpp" 256; then
+  compare C++ "$work/cpp"
+fi
+# Each bad-input case counts as a test.
+for program in errors_c errors_static; do
+  [ -x "$work/$program" ] || continue
+  "$work/$program" "$model" > "$work/$program.log" 2>&1
+  code=$?
+  grep -E '^(ok|FAIL) - ' "$work/$program.log" | sed "s/^/$program: /"
+  passed=$((passed + $(grep -c '^ok - ' "$work/$program.log")))
+  failed=$((failed + $(grep -c '^FAIL - ' "$work/$program.log")))
+  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/$program.log"; then
+    cat "$work/$program.log"
+    fail "$program exited with $code"
+  fi
+done
+
+# AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer: the C and C++ programs built
+# with -fsanitize=address,undefined replay the whole case (every output, compared again byte for
+# byte) and the bad-input cases at near-native speed. ASan intercepts malloc/free and memcpy for
+# the library too (Rust's allocations and copies go through libc), so leaks anywhere and
+# overruns of the caller's buffers are caught; the Rust code itself is not instrumented
+# (valgrind below covers every instruction, on fewer frames).
+san=(-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+# shellcheck disable=SC2086
+if gcc -std=c11 "${san[@]}" capi/tests/c/track.c -o "$work/track_c_asan" $flags &&
+  g++ -std=c++17 "${san[@]}" capi/tests/cpp/track.cpp -o "$work/track_cpp_asan" $flags &&
+  gcc -std=c11 "${san[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c_asan" $flags; then
+  check "ASan+UBSan+LSan: C program, every output" \
+    "$work/track_c_asan" "$model" "$case_dir" "$work/asan_c" 256
+  compare "C (ASan)" "$work/asan_c"
+  check "ASan+UBSan+LSan: C++ program, every output" \
+    "$work/track_cpp_asan" "$model" "$case_dir" "$work/asan_cpp" 256
+  compare "C++ (ASan)" "$work/asan_cpp"
+  check "ASan+UBSan+LSan: bad-input cases" bash -c "'$work/errors_c_asan' '$model' > '$work/errors_asan.log' 2>&1 || { cat '$work/errors_asan.log'; exit 1; }"
+else
+  fail "build the programs with -fsanitize=address,undefined"
+fi
+
+# Memcheck: no error, no definite leak, on every instruction (the library's too). Valgrind runs
+# the model ~100x slower than natively, so the replays stop after VALGRIND_OUTPUTS outputs
+# (default 1: frame 0 with its box and points prompts, two objects, masks copied out), the
+# bad-input program runs whole (four tracked frames: RGB8, NV12, I420, GRAY8), one thread each
+# (RAYON_NUM_THREADS=1: valgrind serialises threads, and idle workers spinning cost time) and
+# the three programs side by side. The suppressions file lists only what is shown to be global
+# state of Rust's std / rayon (see its comments).
+if [ "${CAPI_SKIP_VALGRIND:-0}" = 1 ]; then
+  echo "capi: valgrind skipped (CAPI_SKIP_VALGRIND=1; not for CI)"
+elif command -v valgrind > /dev/null; then
+  n=${VALGRIND_OUTPUTS:-1}
+  memcheck() { # memcheck NAME COMMAND...: writes NAME.vg, NAME.out and NAME.rc
+    local name=$1
+    shift
+    local t0=$SECONDS
+    RAYON_NUM_THREADS=1 valgrind --error-exitcode=99 --leak-check=full \
+      --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+      --suppressions=capi/tests/valgrind.supp --log-file="$work/$name.vg" "$@" \
+      > "$work/$name.out" 2>&1
+    echo $? > "$work/$name.rc"
+    echo "valgrind $name: $((SECONDS - t0)) s"
+  }
+  vg_start=$SECONDS
+  names=()
+  if [ -x "$work/track_c" ]; then
+    memcheck track_c "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$n" &
+    names+=(track_c)
+  fi
+  if [ -x "$work/track_cpp" ]; then
+    memcheck track_cpp "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 "$n" &
+    names+=(track_cpp)
+  fi
+  if [ -x "$work/errors_c" ]; then
+    memcheck errors_c "$work/errors_c" "$model" &
+    names+=(errors_c)
+  fi
+  wait
+  for name in "${names[@]}"; do
+    if [ "$(cat "$work/$name.rc")" = 0 ]; then
+      pass "valgrind $name: $(grep -E 'ERROR SUMMARY' "$work/$name.vg" | sed 's/^==[0-9]*== //')"
+    else
+      cat "$work/$name.out" "$work/$name.vg"
+      fail "valgrind $name (exit $(cat "$work/$name.rc"))"
+    fi
+    grep -E 'definitely lost|indirectly lost|ERROR SUMMARY' "$work/$name.vg" |
+      sed "s/^==[0-9]*==/valgrind $name:/"
+  done
+  echo "valgrind: $((SECONDS - vg_start)) s ($n output(s) per replay)"
+else
+  fail "valgrind is not installed (scripts/install-deps.sh)"
+fi
+finish
