@@ -61,12 +61,19 @@ def prompt_for(kind: str, k: int, f: int, vis: torch.Tensor, g: torch.Generator,
     return {"type": "prompt", "frame": f, "obj": obj, "box": box_of(region, g)}
 
 
-def build(seed: int, out: Path) -> dict:
+def build(seed: int, out: Path, frames: tuple[int, int] | None = None, sizes: list[int] | None = None) -> dict:
     rnd = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     size = rnd.choice(SIZES)
     w, h = rnd.choice(FRAME_SIZES)
     n = frames_for(size, rnd)
+    # Long sequences (--frames) and a narrower size draw (--sizes) are drawn from their own
+    # stream, so the default sequences of every seed stay what they were.
+    long = random.Random(seed * 7919 + 1)
+    if sizes:
+        size = long.choice(sizes)
+    if frames:
+        n = long.randint(*frames)
     occlude = None
     if rnd.random() < 0.7:
         start = rnd.uniform(0.3, 0.6)
@@ -117,9 +124,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--count", type=int, default=12)
+    ap.add_argument("--frames", type=str, default=None,
+                    help="MIN-MAX frames per sequence (default: drawn per input size, 5-18); "
+                         "long sequences (30-40) run past the memory and pointer rings")
+    ap.add_argument("--sizes", type=str, default=None,
+                    help="comma-separated input sizes to draw from (default 256,512,768,1024)")
     args = ap.parse_args()
+    frames = tuple(int(x) for x in args.frames.split("-")) if args.frames else None
+    if frames is not None and (len(frames) != 2 or not 1 <= frames[0] <= frames[1]):
+        ap.error("--frames takes MIN-MAX, e.g. 30-40")
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else None
+    if sizes is not None and any(x not in SIZES for x in sizes):
+        ap.error(f"--sizes must be among {SIZES}")
     for seed in range(args.first_seed, args.first_seed + args.count):
-        s = build(seed, args.out / f"seed_{seed:04d}")
+        s = build(seed, args.out / f"seed_{seed:04d}", frames, sizes)
         print(json.dumps(s))
 
 
