@@ -42,7 +42,7 @@ fn overlay(mat: &Mat, objects: &[edgetam::tracker::ObjectResult]) -> Result<Mat>
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see the README).
+    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
     edgetam::pin_default_threads();
     edgetam::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();

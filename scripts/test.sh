@@ -10,6 +10,19 @@ FEATURES="edgetam/tokio,edgetam/opencv,edgetam-pipeline/tokio,edgetam-pipeline/o
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --release --workspace --all-targets --features "$FEATURES" -- -D warnings
+# The guide (docs/, mdBook) built, and every relative link and #anchor in it and in README.md,
+# BENCHMARKS.md and ARCHITECTURE.md checked (scripts/build-docs.sh). mdbook is installed once
+# into /var/cache/edgetam-ci/mdbook (~4.5 min cold on 2 busy cores), then ~1 s. A broken link
+# fails the run at the end, with the other steps' results.
+docs_start=$SECONDS
+logdocs=$(mktemp)
+set +e
+bash scripts/build-docs.sh 2>&1 | tee "$logdocs"
+docs_status=${PIPESTATUS[0]}
+set -e
+docs_summary=$(grep -E '^docs: [0-9]+ pages' "$logdocs" | tail -n 1 | sed 's/^docs: //' || true)
+rm -f "$logdocs"
+echo "docs (mdbook build + link check): $((SECONDS - docs_start)) s"
 # The element's analytics code (features v1_24 / v1_26: GStreamer >= 1.24 / 1.26, not in
 # Debian 12) is linted here without linking, by skipping pkg-config for the GStreamer
 # libraries; scripts/test-debian13.sh below builds and tests it against a real GStreamer 1.26.
@@ -130,8 +143,12 @@ if [ "$status" -eq 0 ] && [ "$capi_status" -ne 0 ]; then status=$capi_status; fi
 # add them up so the closing line says how many tests ran in all.
 count='/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d passed, %d failed", p, f }'
-echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26), python: ${python_summary:-none}"
+echo "tests: $(awk "$count" "$log") (Debian 12), $(awk "$count" "$log13") (Debian 13, GStreamer 1.26), python: ${python_summary:-none}, docs: ${docs_summary:-no summary (scripts/build-docs.sh failed to run)}"
 grep -E '^capi: [0-9]+ passed' "$logcapi" | tail -n 1 || echo "capi: no summary (scripts/test-capi.sh failed to run)"
+if [ "$status" -eq 0 ] && [ "$docs_status" -ne 0 ]; then
+  echo "docs: the guide failed to build or has a broken link (above)"
+  status=$docs_status
+fi
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
   echo "fuzz: a target found something (fuzz/artifacts/)"
   status=$fuzz_status

@@ -78,7 +78,8 @@ pub(crate) struct ModelArgs {
 pub(crate) struct InputSizeArg {
     /// Model input side: a multiple of 256 from 256 to 2048 (default: the checkpoint's own,
     /// 1024 for the released EdgeTAM and for --random-weights). The same weights run at any
-    /// such size: 512 is about 4x faster than 1024 and less accurate (README, "Input size").
+    /// such size: 512 is about 4x faster than 1024 and less accurate (the guide:
+    /// docs/src/tuning.md, "Input size").
     #[arg(long = "input-size", alias = "size", value_name = "N")]
     pub(crate) input_size: Option<usize>,
 }

@@ -120,7 +120,7 @@ impl<'py> ArrayFrame<'py> {
             // exist meanwhile). Bytes between rows (a crop's other columns) are read-only
             // uint8 memory of the same allocation, never interpreted. Python code writing into
             // the array from another thread while a call runs would race, as with any numpy
-            // function that releases the GIL; the README says not to.
+            // function that releases the GIL; the guide (docs/src/python.md) says not to.
             unsafe { std::slice::from_raw_parts(self.array.data() as *const u8, self.len) }
         };
         Frame::new(data, self.width, self.height, self.format).with_stride(self.stride)

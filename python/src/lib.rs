@@ -39,8 +39,8 @@ pub(crate) fn cpu_backend(isa: Option<edgetam_tracker::Isa>) -> String {
 fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // As the CLI and the GStreamer plugin do first thing: RAYON_NUM_THREADS to the core count
     // and candle's spin limit, where the caller set neither (8-10 % of a tracked frame on 2
-    // cores, README "Pipeline (library)"). At import, before any model exists or runs; it
-    // writes the environment as `os.environ[...] = ...` does (setenv, with the GIL held).
+    // cores, the guide: docs/src/tuning.md, "Threads"). At import, before any model exists or
+    // runs; it writes the environment as `os.environ[...] = ...` does (setenv, with the GIL held).
     edgetam_tracker::pin_default_threads();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;

@@ -131,7 +131,7 @@ pub fn properties() -> Vec<glib::ParamSpec> {
     vec![
         glib::ParamSpecString::builder("model")
             .nick("Model")
-            .blurb("EdgeTAM model, loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache); elements with the same model, device, precision and input size share one copy")
+            .blurb("EdgeTAM model (required), loaded when the element starts: a folder with config.json + model.safetensors, an edgetam.pt, or a Hugging Face hub repository id such as yonigozlan/EdgeTAM-hf (fetched once into the Hugging Face cache, HF_HOME; HF_HUB_OFFLINE=1 reads only the cache); elements with the same model, device, precision and input size share one copy")
             .mutable_ready()
             .build(),
         glib::ParamSpecString::builder("device")
@@ -142,7 +142,7 @@ pub fn properties() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecUInt::builder("input-size")
             .nick("Input size")
-            .blurb("Model input side: 0 = the checkpoint's own (1024 for the released EdgeTAM), or a multiple of 256 from 256 to 2048 (the same weights; 512 is about 4x faster than 1024 and less accurate); checked when the element starts")
+            .blurb("Model input side: 0 = the checkpoint's own (1024 for the released EdgeTAM), or a multiple of 256 from 256 to 2048 (the same weights; 512 is about 4x faster than 1024 and less accurate); another value fails the start")
             .minimum(0)
             .maximum(edgetam_tracker::MAX_INPUT_SIZE as u32)
             .default_value(DEFAULT_INPUT_SIZE)
@@ -169,7 +169,7 @@ pub fn properties() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecEnum::builder::<Precision>("precision")
             .nick("Precision")
-            .blurb("f32 (exact) or bf16 (fast mode: the heaviest products in bf16 with f32 accumulation; CPUs with AVX512-BF16)")
+            .blurb("f32 (exact) or bf16 (fast mode: the heaviest products in bf16 with f32 accumulation; needs a CPU with AVX512-BF16, elsewhere the element fails to start)")
             .default_value(Precision::default())
             .mutable_ready()
             .build(),

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the guide (docs/, mdBook) and checks its links: every relative link and #anchor in the
+# built HTML and in README.md, BENCHMARKS.md and ARCHITECTURE.md must point at a file and a
+# heading that exist (scripts/check-links.py; http(s) links are not checked). scripts/test.sh
+# runs it; the book lands in docs/book/ (git-ignored).
+#
+# mdbook comes from crates.io at a pinned version, installed once into a cache outside the clone
+# (/var/cache/edgetam-ci/mdbook, else ~/.cache/edgetam-ci/mdbook; MDBOOK_ROOT overrides it) and
+# reused while that version is there. Cold: ~2-4 min on 2 cores (without mdbook's `serve` and
+# `watch` features, which the build does not use); warm: a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MDBOOK_VERSION=0.5.4
+root=${MDBOOK_ROOT:-}
+if [ -z "$root" ]; then
+  root=/var/cache/edgetam-ci/mdbook
+  mkdir -p "$root" 2>/dev/null && [ -w "$root" ] || root="${XDG_CACHE_HOME:-$HOME/.cache}/edgetam-ci/mdbook"
+fi
+mdbook="$root/bin/mdbook"
+if ! { [ -x "$mdbook" ] && "$mdbook" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; }; then
+  echo "installing mdbook $MDBOOK_VERSION into $root"
+  cargo install mdbook --locked --version "$MDBOOK_VERSION" --root "$root" --force \
+    --no-default-features --features search
+fi
+"$mdbook" --version
+"$mdbook" build docs
+python3 scripts/check-links.py --book docs/book README.md BENCHMARKS.md ARCHITECTURE.md
