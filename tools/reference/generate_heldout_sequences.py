@@ -20,6 +20,7 @@ others are generated and checked only at the end of a change, never tuned on.
 import argparse
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def prompt_for(kind: str, k: int, f: int, vis: torch.Tensor, g: torch.Generator,
     return {"type": "prompt", "frame": f, "obj": obj, "box": box_of(region, g)}
 
 
-def build(seed: int, out: Path, frames: tuple[int, int] | None = None, sizes: list[int] | None = None) -> dict:
+def build(seed: int, out: Path, frames: tuple[int, int] | None = None, sizes: list[int] | None = None,
+          defaults: bool = False) -> dict:
     rnd = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     size = rnd.choice(SIZES)
@@ -111,7 +113,16 @@ def build(seed: int, out: Path, frames: tuple[int, int] | None = None, sizes: li
             e["out"] = r
             r += 1
     out.mkdir(parents=True, exist_ok=True)
-    make_config(size).to_json_file(out / "config.json")
+    config = make_config(size)
+    if defaults:
+        # transformers' default switches: temporal encodings of the object pointers and the
+        # occlusion embedding, with the two tensors they add (those of sequence_256_defaults).
+        config.enable_temporal_pos_encoding_for_object_pointers = True
+        config.enable_occlusion_spatial_embedding = True
+        extra = Path(__file__).resolve().parents[2] / "fixtures/sequence_256_defaults/extra_weights.safetensors"
+        shutil.copyfile(extra, out / "extra_weights.safetensors")
+        summary["defaults"] = True
+    config.to_json_file(out / "config.json")
     t = {"frames": frames.contiguous()} | masks
     save_file(t, out / "sequence.safetensors", metadata={"sequence": f"heldout seed {seed}"})
     (out / "events.json").write_text(json.dumps({"width": w, "height": h, "num_frames": n, "events": events}, indent=1) + "\n")
@@ -129,6 +140,9 @@ def main() -> None:
                          "long sequences (30-40) run past the memory and pointer rings")
     ap.add_argument("--sizes", type=str, default=None,
                     help="comma-separated input sizes to draw from (default 256,512,768,1024)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="transformers' default switches (temporal pointer encodings, occlusion "
+                         "embedding) instead of the released EdgeTAM's")
     args = ap.parse_args()
     frames = tuple(int(x) for x in args.frames.split("-")) if args.frames else None
     if frames is not None and (len(frames) != 2 or not 1 <= frames[0] <= frames[1]):
@@ -137,7 +151,7 @@ def main() -> None:
     if sizes is not None and any(x not in SIZES for x in sizes):
         ap.error(f"--sizes must be among {SIZES}")
     for seed in range(args.first_seed, args.first_seed + args.count):
-        s = build(seed, args.out / f"seed_{seed:04d}", frames, sizes)
+        s = build(seed, args.out / f"seed_{seed:04d}", frames, sizes, args.defaults)
         print(json.dumps(s))
 
 

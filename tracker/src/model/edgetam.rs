@@ -307,6 +307,18 @@ impl EdgeTam {
         effective
     }
 
+    /// Diagnosis of the bf16 mode: bf16 products stage by stage (`set_precision(Bf16)` turns all
+    /// of them on); the names are the parts in `stages`: `image_encoder`, `memory_encoder`,
+    /// `self_attn`, `cross_attn`, `mlp` (the memory attention's). Unknown names are ignored.
+    #[doc(hidden)]
+    pub fn set_bf16_stages(&mut self, stages: &[&str]) -> Result<()> {
+        let on = |name: &str| stages.contains(&name) && crate::kernels::cpu::bf16();
+        self.image_encoder.set_bf16(on("image_encoder"));
+        self.video.memory_encoder.set_bf16(on("memory_encoder"));
+        self.video.memory_attention.set_bf16_parts(on("self_attn"), on("cross_attn"), on("mlp"))?;
+        Ok(())
+    }
+
     /// The precision in effect (see [`Self::set_precision`]).
     pub fn precision(&self) -> crate::Precision {
         self.precision

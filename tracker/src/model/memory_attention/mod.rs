@@ -488,6 +488,22 @@ impl MemoryAttention {
         Ok(())
     }
 
+    /// As [`Self::set_bf16_products`], part by part (diagnosis of the bf16 mode).
+    pub(crate) fn set_bf16_parts(
+        &mut self,
+        self_attn: bool,
+        cross_attn: bool,
+        mlp: bool,
+    ) -> candle_core::Result<()> {
+        for layer in &mut self.layers {
+            layer.self_attn.proj.set_bf16(self_attn)?;
+            layer.cross_attn_image.proj.set_bf16(cross_attn)?;
+            layer.mlp.up_proj.set_bf16(mlp)?;
+            layer.mlp.down_proj.set_bf16(mlp)?;
+        }
+        Ok(())
+    }
+
     /// Conditions `current` on `memory`.
     ///
     /// * `current`, `current_pos`: `[B, HW, hidden]`, the frame's level-2 features and their sine
