@@ -106,6 +106,23 @@ for program in errors_c errors_static; do
     fail "$program exited with $code"
   fi
 done
+# bf16 where it cannot run: refused with EDGETAM_STATUS_PRECISION_UNAVAILABLE and a message,
+# never f32 in its place. The instruction set is read once per process, so the program runs
+# again with the kernels capped below the bf16 kernels' avx512 (avx2 where the CPU has it, else
+# portable).
+if [ -x "$work/errors_c" ]; then
+  cap=portable
+  grep -qw avx2 /proc/cpuinfo 2> /dev/null && cap=avx2
+  EDGETAM_ISA=$cap "$work/errors_c" "$model" --bf16-refused > "$work/bf16.log" 2>&1
+  code=$?
+  grep -E '^(ok|FAIL|#) ' "$work/bf16.log" | sed "s/^/errors_c EDGETAM_ISA=$cap: /"
+  passed=$((passed + $(grep -c '^ok - ' "$work/bf16.log")))
+  failed=$((failed + $(grep -c '^FAIL - ' "$work/bf16.log")))
+  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/bf16.log"; then
+    cat "$work/bf16.log"
+    fail "errors_c --bf16-refused exited with $code"
+  fi
+fi
 
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer: the C and C++ programs built
 # with -fsanitize=address,undefined replay the whole case (every output, compared again byte for
