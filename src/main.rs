@@ -16,8 +16,7 @@ use edgetam::draw;
 use edgetam::pipeline as prompt_syntax;
 use edgetam::tracker::{
     checks, checks::fixture::Fixture, mask_area_and_box, parse_device, Backend, EdgeTam,
-    EdgeTamConfig, ModelSource, ModelSpec, MultimaskMode, Point, PointLabel, Precision, Prompt,
-    Weights,
+    ModelSource, ModelSpec, MultimaskMode, Point, PointLabel, Precision, Prompt, Weights,
 };
 
 #[derive(Parser)]

@@ -771,3 +771,55 @@ fn bench_runs_every_input_size() {
         .collect();
     assert_eq!(sizes, [256, 512]);
 }
+
+/// `--dtype bf16` where bf16 cannot run (the kernels capped below avx512 by `EDGETAM_ISA`) is
+/// refused before the model loads, with the reason; never tracked in f32 instead.
+#[test]
+fn bf16_where_it_cannot_run_is_refused() {
+    let cap = if edgetam::tracker::Isa::Avx2.runs_here() {
+        "avx2"
+    } else {
+        "portable"
+    };
+    for args in [
+        vec![
+            "segment",
+            "--random-weights",
+            "--image",
+            "examples/data/shapes.png",
+        ],
+        vec![
+            "bench",
+            "--random-weights",
+            "--frames",
+            "1",
+            "--warmup",
+            "1",
+        ],
+    ] {
+        let mut args = args;
+        args.extend(["--input-size", "256"]);
+        if args[0] == "segment" {
+            // `segment` has no --dtype: it runs f32 and must load under the cap.
+            args.extend(["--box", "150,90,330,260", "--out", "/dev/null"]);
+        } else {
+            args.extend(["--dtype", "f32,bf16"]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_edgetam"))
+            .args(&args)
+            .current_dir(root())
+            .env("EDGETAM_ISA", cap)
+            .output()
+            .expect("run edgetam");
+        let e = stderr(&o);
+        if args[0] == "segment" {
+            assert!(o.status.success(), "{args:?}: {e}");
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(
+                e.contains("--dtype bf16: precision bf16 is not available here: it needs "),
+                "{args:?}: {e}"
+            );
+        }
+    }
+}

@@ -69,7 +69,9 @@ fn load_with_precision(precision: &CStr) -> (EdgetamStatus, Option<String>) {
         EdgetamStatus::Ok
     );
     // SAFETY: a static NUL-terminated string.
-    let name = unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
     // SAFETY: the handle from the load, freed once.
     unsafe { edgetam_model_free(model) };
     (status, Some(name))

@@ -51,8 +51,8 @@ pub use instrument::timings::StageTimes;
 pub use kernels::cpu::{available_isas, isa, Isa, IsaError};
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
 pub use limits::LimitError;
-pub use setup::process_setup;
 pub use model::config::{EdgeTamConfig, MAX_INPUT_SIZE, MIN_INPUT_SIZE};
+pub use setup::process_setup;
 
 /// The model configuration (`config.json`, transformers' `EdgeTamVideoConfig`) and its parts.
 pub mod config {
@@ -67,8 +67,8 @@ pub use model::edgetam::{
 };
 pub use model::hub::{resolve_model, HubError, ModelSource};
 pub use model::precision::Precision;
-pub use model::spec::{LoadedModel, ModelSpec};
 pub use model::prompt::{Point, PointLabel, Prompt};
+pub use model::spec::{LoadedModel, ModelSpec};
 pub use model::weights::{CheckpointFormat, Weights};
 /// The `opencv` crate this one was built against (feature `opencv`).
 #[cfg(feature = "opencv")]

@@ -34,7 +34,9 @@ mod tests {
     #[test]
     fn panic_payloads_become_messages() {
         let text = |f: fn()| {
-            let payload = std::panic::catch_unwind(f).err().unwrap_or_else(|| Box::new(()));
+            let payload = std::panic::catch_unwind(f)
+                .err()
+                .unwrap_or_else(|| Box::new(()));
             panic_message(payload.as_ref())
         };
         assert_eq!(text(|| panic!("static")), "static");

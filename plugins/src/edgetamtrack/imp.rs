@@ -2,8 +2,8 @@
 //! the buffers in flight and their order, live judgement, events and queries.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -244,11 +244,13 @@ impl EdgeTamTrack {
             .input_size(input_size);
         // The settings (EDGETAM_ISA, input size, device, precision) are checked before a
         // download or a load, and before another element's model is shared.
-        spec.check().map_err(|e| StartError::of_settings(&name, e))?;
+        spec.check()
+            .map_err(|e| StartError::of_settings(&name, e))?;
         // A hub repository id (owner/name) is fetched into the Hugging Face cache (or found there).
-        let spec = spec
-            .resolve()
-            .map_err(|source| StartError::Model { path: name.clone(), source })?;
+        let spec = spec.resolve().map_err(|source| StartError::Model {
+            path: name.clone(),
+            source,
+        })?;
         let path = spec.path().map(Path::to_path_buf).unwrap_or_default();
         if !path.exists() {
             return Err(StartError::MissingModel {
@@ -868,7 +870,10 @@ fn output_loop(weak: &glib::WeakRef<super::EdgeTamTrack>, stop: &AtomicBool) {
             Err(panic) => {
                 imp.fail_after_panic(
                     &imp.output_failed,
-                    &format!("the live output thread panicked: {}", panic_message(panic.as_ref())),
+                    &format!(
+                        "the live output thread panicked: {}",
+                        panic_message(panic.as_ref())
+                    ),
                 );
                 return;
             }

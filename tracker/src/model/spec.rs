@@ -288,7 +288,10 @@ mod tests {
                 assert_eq!(loaded.map(|l| l.model.precision()), Ok(Precision::Bf16));
             }
             Some(reason) => match spec.load() {
-                Err(Error::PrecisionUnavailable { precision, reason: r }) => {
+                Err(Error::PrecisionUnavailable {
+                    precision,
+                    reason: r,
+                }) => {
                     assert_eq!(precision, Precision::Bf16);
                     assert_eq!(r, reason);
                 }
