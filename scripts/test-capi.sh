@@ -93,18 +93,23 @@ fi
 if [ -x "$work/track_cpp" ] && check "C++ program runs" "$work/track_cpp" "$model" "$case_dir" "$work/cpp" 256; then
   compare C++ "$work/cpp"
 fi
-# Each bad-input case counts as a test.
+# `cases LABEL LOG PROGRAM ARGS...`: runs a bad-input program; each of its cases counts as a test.
+cases() {
+  local label=$1 log=$2
+  shift 2
+  "$@" > "$log" 2>&1
+  local code=$?
+  grep -E '^(ok|FAIL|#) ' "$log" | sed "s/^/$label: /"
+  passed=$((passed + $(grep -c '^ok - ' "$log")))
+  failed=$((failed + $(grep -c '^FAIL - ' "$log")))
+  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$log"; then
+    cat "$log"
+    fail "$label exited with $code"
+  fi
+}
 for program in errors_c errors_static; do
   [ -x "$work/$program" ] || continue
-  "$work/$program" "$model" > "$work/$program.log" 2>&1
-  code=$?
-  grep -E '^(ok|FAIL) - ' "$work/$program.log" | sed "s/^/$program: /"
-  passed=$((passed + $(grep -c '^ok - ' "$work/$program.log")))
-  failed=$((failed + $(grep -c '^FAIL - ' "$work/$program.log")))
-  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/$program.log"; then
-    cat "$work/$program.log"
-    fail "$program exited with $code"
-  fi
+  cases "$program" "$work/$program.log" "$work/$program" "$model"
 done
 # bf16 where it cannot run: refused with EDGETAM_STATUS_PRECISION_UNAVAILABLE and a message,
 # never f32 in its place. The instruction set is read once per process, so the program runs
@@ -113,15 +118,8 @@ done
 if [ -x "$work/errors_c" ]; then
   cap=portable
   grep -qw avx2 /proc/cpuinfo 2> /dev/null && cap=avx2
-  EDGETAM_ISA=$cap "$work/errors_c" "$model" --bf16-refused > "$work/bf16.log" 2>&1
-  code=$?
-  grep -E '^(ok|FAIL|#) ' "$work/bf16.log" | sed "s/^/errors_c EDGETAM_ISA=$cap: /"
-  passed=$((passed + $(grep -c '^ok - ' "$work/bf16.log")))
-  failed=$((failed + $(grep -c '^FAIL - ' "$work/bf16.log")))
-  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/bf16.log"; then
-    cat "$work/bf16.log"
-    fail "errors_c --bf16-refused exited with $code"
-  fi
+  cases "errors_c EDGETAM_ISA=$cap" "$work/bf16.log" \
+    env EDGETAM_ISA=$cap "$work/errors_c" "$model" --bf16-refused
 fi
 
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer: the C and C++ programs built

@@ -1,6 +1,6 @@
 //! The model handle: loaded once, shared (an `Arc`) by every tracker and thread.
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
 use edgetam_tracker::{EdgeTam, ModelSpec, Precision};
@@ -116,6 +116,28 @@ pub unsafe extern "C" fn edgetam_model_free(model: *mut EdgetamModel) {
     });
 }
 
+/// The body of every model getter: `model` and `out` checked (NULL is an error), then
+/// `*out = value(model)`, inside the guard.
+///
+/// # Safety
+/// `model` is NULL or a live handle; `out` is NULL or writable.
+unsafe fn get<T>(
+    model: *const EdgetamModel,
+    out: *mut T,
+    value: impl FnOnce(&EdgetamModel) -> T,
+) -> EdgetamStatus {
+    guard(|| {
+        // SAFETY: `model` is NULL or a live handle (the caller's contract).
+        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        if out.is_null() {
+            return Err(CapiError::Null("out"));
+        }
+        // SAFETY: `out` is non-null and writable (the caller's contract).
+        unsafe { write_out(out, value(model)) };
+        Ok(())
+    })
+}
+
 /// Where this model really runs: `"cpu "` and the kernels' instruction set (`"cpu avx512"`,
 /// `"cpu avx2"`, `"cpu neon"`, `"cpu portable"`) or `"cuda:N"`, so that a silent fallback from
 /// a GPU to the CPU is caught. `*out` points to a string owned by the model, valid until it is freed.
@@ -129,16 +151,8 @@ pub unsafe extern "C" fn edgetam_model_backend(
     model: *const EdgetamModel,
     out: *mut *const c_char,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { write_out(out, model.backend.as_ptr()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s.
+    unsafe { get(model, out, |m| m.backend.as_ptr()) }
 }
 
 /// The side of the square model input this model runs at (e.g. 1024, or the `input_size`
@@ -153,17 +167,12 @@ pub unsafe extern "C" fn edgetam_model_input_size(
     model: *const EdgetamModel,
     out: *mut u32,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let size = u32::try_from(model.model.config().image_size).unwrap_or(u32::MAX);
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { write_out(out, size) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s.
+    unsafe {
+        get(model, out, |m| {
+            u32::try_from(m.model.config().image_size).unwrap_or(u32::MAX)
+        })
+    }
 }
 
 /// The precision this model runs: `"f32"` or `"bf16"` (a static string), what the load asked
@@ -178,18 +187,11 @@ pub unsafe extern "C" fn edgetam_model_precision(
     model: *const EdgetamModel,
     out: *mut *const c_char,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let name: &'static CStr = match model.model.precision() {
-            Precision::F32 => c"f32",
-            Precision::Bf16 => c"bf16",
-        };
-        // SAFETY: `out` is non-null and writable (the caller's contract); the string is static.
-        unsafe { write_out(out, name.as_ptr()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s; the strings are static.
+    unsafe {
+        get(model, out, |m| match m.model.precision() {
+            Precision::F32 => c"f32".as_ptr(),
+            Precision::Bf16 => c"bf16".as_ptr(),
+        })
+    }
 }
