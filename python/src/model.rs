@@ -8,7 +8,7 @@ use edgetam_tracker::{
 };
 use pyo3::prelude::*;
 
-use crate::errors::{detached, error, Failure, Kind};
+use crate::errors::{detached, error, Kind};
 use crate::frame::ArrayFrame;
 use crate::pipeline::{drop_policy, Pipeline};
 use crate::prompts::{points_prompt, BoxArg};
