@@ -93,19 +93,34 @@ fi
 if [ -x "$work/track_cpp" ] && check "C++ program runs" "$work/track_cpp" "$model" "$case_dir" "$work/cpp" 256; then
   compare C++ "$work/cpp"
 fi
-# Each bad-input case counts as a test.
+# `cases LABEL LOG PROGRAM ARGS...`: runs a bad-input program; each of its cases counts as a test.
+cases() {
+  local label=$1 log=$2
+  shift 2
+  "$@" > "$log" 2>&1
+  local code=$?
+  grep -E '^(ok|FAIL|#) ' "$log" | sed "s/^/$label: /"
+  passed=$((passed + $(grep -c '^ok - ' "$log")))
+  failed=$((failed + $(grep -c '^FAIL - ' "$log")))
+  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$log"; then
+    cat "$log"
+    fail "$label exited with $code"
+  fi
+}
 for program in errors_c errors_static; do
   [ -x "$work/$program" ] || continue
-  "$work/$program" "$model" > "$work/$program.log" 2>&1
-  code=$?
-  grep -E '^(ok|FAIL) - ' "$work/$program.log" | sed "s/^/$program: /"
-  passed=$((passed + $(grep -c '^ok - ' "$work/$program.log")))
-  failed=$((failed + $(grep -c '^FAIL - ' "$work/$program.log")))
-  if [ "$code" -ne 0 ] && ! grep -q '^FAIL - ' "$work/$program.log"; then
-    cat "$work/$program.log"
-    fail "$program exited with $code"
-  fi
+  cases "$program" "$work/$program.log" "$work/$program" "$model"
 done
+# bf16 where it cannot run: refused with EDGETAM_STATUS_PRECISION_UNAVAILABLE and a message,
+# never f32 in its place. The instruction set is read once per process, so the program runs
+# again with the kernels capped below the bf16 kernels' avx512 (avx2 where the CPU has it, else
+# portable).
+if [ -x "$work/errors_c" ]; then
+  cap=portable
+  grep -qw avx2 /proc/cpuinfo 2> /dev/null && cap=avx2
+  cases "errors_c EDGETAM_ISA=$cap" "$work/bf16.log" \
+    env EDGETAM_ISA=$cap "$work/errors_c" "$model" --bf16-refused
+fi
 
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer: the C and C++ programs built
 # with -fsanitize=address,undefined replay the whole case (every output, compared again byte for

@@ -3,7 +3,8 @@
 # can run (EDGETAM_ISA=avx2, =portable on an AVX-512 machine; =portable on an AVX2 one), so
 # one machine checks each path the code has for it. The widest path is what `cargo test` ran.
 # The kernel tests also walk every ISA themselves; the parity tests run the whole model on the
-# capped path, with the same tolerances.
+# capped path, with the same tolerances. Below avx512 the bf16 kernels never run, so bf16_mode
+# checks there that the bf16 mode is refused (Error::PrecisionUnavailable), not run as f32.
 #
 #   scripts/test-isas.sh                 # after `cargo test --release --workspace` (CI)
 #   ISAS="avx2" scripts/test-isas.sh     # one path only
@@ -32,7 +33,8 @@ for isa in $ISAS; do
     kernels:: || status=$?
   EDGETAM_ISA=$isa cargo test --release --locked --workspace --features "$FEATURES" \
     --test vision_parity --test decoder_parity --test memory_parity \
-    --test memory_attention_parity --test sequence_parity --test frame_parity || status=$?
+    --test memory_attention_parity --test sequence_parity --test frame_parity \
+    --test bf16_mode || status=$?
   echo "EDGETAM_ISA=$isa: $((SECONDS - start)) s"
 done
 exit "$status"

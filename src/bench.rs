@@ -486,14 +486,13 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     );
     let mut reports = Vec::new();
     for size in sizes {
-        let mut model = crate::load_model(&args.model, size)?;
-        for &d in &dtypes {
-            if model.set_precision(d) != d {
-                bail!(
-                    "--dtype {d}: not available here (the bf16 mode needs a CPU with AVX512-BF16)"
-                );
-            }
-        }
+        // Loaded in bf16 when it is compared: a CPU that cannot run it refuses before the load.
+        let strictest = if dtypes.contains(&Precision::Bf16) {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        };
+        let mut model = crate::load_model(&args.model, size, strictest)?;
         let image_size = model.config().image_size;
         eprintln!(
             "bench: {image_size} input, {fw}x{fh} {} frames, {threads} threads, {} \
@@ -517,7 +516,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         for &objects in &args.objects {
             for &ahead in &modes {
                 for &dtype in &dtypes {
-                    model.set_precision(dtype);
+                    model
+                        .try_set_precision(dtype)
+                        .with_context(|| format!("--dtype {dtype}"))?;
                     let shared = Arc::new(model);
                     progress.set_message(format!(
                         "{image_size} input, {objects} object(s), {}, {dtype}",

@@ -15,8 +15,8 @@ use clap::{Args, Parser, Subcommand};
 use edgetam::draw;
 use edgetam::pipeline as prompt_syntax;
 use edgetam::tracker::{
-    checks, checks::fixture::Fixture, mask_area_and_box, parse_device, EdgeTam, EdgeTamConfig,
-    LoadOptions, ModelSource, MultimaskMode, Point, PointLabel, Prompt, Weights,
+    checks, checks::fixture::Fixture, mask_area_and_box, parse_device, Backend, EdgeTam,
+    ModelSource, ModelSpec, MultimaskMode, Point, PointLabel, Precision, Prompt, Weights,
 };
 
 #[derive(Parser)]
@@ -135,43 +135,60 @@ fn parse_point(s: &str) -> std::result::Result<Point, String> {
     prompt_syntax::parse_point(s, "--point")
 }
 
-/// Loads the model `args` name at `input_size` (the checkpoint's own size when `None`; 1024 for
-/// random weights). The size is checked before anything is read or downloaded.
-pub(crate) fn load_model(args: &ModelArgs, input_size: Option<usize>) -> Result<EdgeTam> {
-    let device = parse_device(&args.device)?;
-    if device.is_cpu() {
+/// Loads the model `args` name at `input_size` (the checkpoint's own when `None`; 1024 for
+/// random weights) in `precision`, through [`ModelSpec`] like every front end.
+pub(crate) fn load_model(
+    args: &ModelArgs,
+    input_size: Option<usize>,
+    precision: Precision,
+) -> Result<EdgeTam> {
+    let spec = if args.random_weights {
+        ModelSpec::random(0)
+    } else {
+        ModelSpec::new(args.model.as_deref().context("--model is required")?)
+    };
+    load_spec(args, spec.input_size(input_size).precision(precision))
+}
+
+/// Loads `spec` on `--device`. Everything but the weights (input size, device, whether the
+/// precision runs here, `EDGETAM_ISA`) is checked before anything is read or downloaded; a
+/// precision that cannot run is refused, never replaced.
+pub(crate) fn load_spec(args: &ModelArgs, spec: ModelSpec) -> Result<EdgeTam> {
+    let spec = spec.device(args.device.as_str());
+    let precision = spec.requested_precision();
+    spec.check().map_err(|e| match e {
+        edgetam::tracker::Error::PrecisionUnavailable { .. } => {
+            anyhow::Error::new(e).context(format!("--dtype {precision}"))
+        }
+        e => e.into(),
+    })?;
+    let name = match spec.source() {
+        Some(source) => source.to_string(),
+        None => {
+            eprintln!(
+                "warning: --random-weights: the model runs end to end, but its masks are \
+                 meaningless (use --model with real EdgeTAM weights for real masks)"
+            );
+            String::new()
+        }
+    };
+    let hub = matches!(spec.source(), Some(ModelSource::Hub { .. }));
+    let t = Instant::now();
+    let loaded = spec
+        .load()
+        .with_context(|| format!("loading model {name}"))?;
+    if let Backend::Cpu(_) = loaded.backend {
         eprintln!("kernels: {}", kernel_path()?);
     }
-    let options = match input_size {
-        Some(n) => {
-            // Fail on a size the model cannot take before a download or a load.
-            EdgeTamConfig::default().at_input_size(n)?;
-            LoadOptions::default().input_size(n)
-        }
-        None => LoadOptions::default(),
-    };
-    if args.random_weights {
-        eprintln!(
-            "warning: --random-weights: the model runs end to end, but its masks are meaningless \
-             (use --model with real EdgeTAM weights for real masks)"
-        );
-        let config = options.apply(EdgeTamConfig::default())?;
-        return Ok(EdgeTam::random(config, 0, &device)?);
+    if let Some(path) = loaded.path.as_deref() {
+        let from = if hub {
+            format!(" (hub cache: {})", path.display())
+        } else {
+            String::new()
+        };
+        eprintln!("loaded {name}{from} in {:.2} s", t.elapsed().as_secs_f64());
     }
-    let spec = args.model.as_deref().context("--model is required")?;
-    let t = Instant::now();
-    let source = ModelSource::parse(spec);
-    let path = source
-        .resolve()
-        .with_context(|| format!("loading model {spec}"))?;
-    let model = EdgeTam::load_with(&path, &device, &options)
-        .with_context(|| format!("loading model {}", path.display()))?;
-    let from = match source {
-        ModelSource::Hub { .. } => format!(" (hub cache: {})", path.display()),
-        ModelSource::Path(_) => String::new(),
-    };
-    eprintln!("loaded {spec}{from} in {:.2} s", t.elapsed().as_secs_f64());
-    Ok(model)
+    Ok(loaded.model)
 }
 
 /// The CPU kernels' instruction set and where it comes from, e.g. `avx2 (EDGETAM_ISA; this CPU
@@ -229,7 +246,7 @@ fn segment(args: SegmentArgs) -> Result<()> {
     prompt
         .validate(w, h)
         .with_context(|| format!("prompt does not fit {} ({w}x{h})", args.image.display()))?;
-    let model = load_model(&args.model, args.input_size.input_size)?;
+    let model = load_model(&args.model, args.input_size.input_size, Precision::F32)?;
 
     let mode = if args.multimask {
         MultimaskMode::On
@@ -398,11 +415,12 @@ fn print_check_header(fixtures: &Path, image_size: usize, model: &Path, device: 
 }
 
 fn main() -> ExitCode {
-    // Before any thread exists: a fixed compute thread count (candle re-detects it per product
-    // otherwise), and freed activation buffers reused instead of re-faulted every frame.
-    edgetam::pin_default_threads();
+    // Before any thread exists (it writes the environment): the process set-up every front end
+    // runs (`process_setup`: a fixed compute thread count, candle's spin limit, freed
+    // activation buffers reused instead of re-faulted every frame). Loading a model through
+    // `ModelSpec` would run it too, once per process.
+    edgetam::tracker::process_setup();
     let cli = Cli::parse();
-    edgetam::keep_freed_memory();
     let result = match cli.command {
         Command::Segment(args) => segment(args).map(|_| true),
         Command::Track(args) => track::track(args).map(|_| true),

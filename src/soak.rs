@@ -73,17 +73,16 @@ pub struct SoakArgs {
 /// grid cell, so small inputs track too.
 fn model(args: &ModelArgs, size: Option<usize>) -> Result<edgetam::tracker::EdgeTam> {
     if let Some(size) = size.filter(|&s| args.random_weights && s < 256 && s % 16 == 0) {
-        eprintln!(
-            "warning: --random-weights: the model runs end to end, but its masks are meaningless"
-        );
         let mut config = EdgeTamConfig::with_image_size(size)?;
         let grid = size / 16;
         config.perceiver_resampler_num_latents_2d = grid * grid;
         config.memory_attention_rope_k_sizes = [grid, grid];
-        let device = edgetam::tracker::parse_device(&args.device)?;
-        return Ok(edgetam::tracker::EdgeTam::random(config, 0, &device)?);
+        return crate::load_spec(
+            args,
+            edgetam::tracker::ModelSpec::random_with_config(config, 0),
+        );
     }
-    crate::load_model(args, size)
+    crate::load_model(args, size, edgetam::tracker::Precision::F32)
 }
 
 fn parse_size(s: &str) -> std::result::Result<(usize, usize), String> {

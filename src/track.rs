@@ -76,7 +76,7 @@ pub struct TrackArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
     /// `f32` (exact, default) or `bf16`: the fast mode (the heaviest products in bf16 with f32
-    /// accumulation, masks within IoU 0.99 of f32; CPUs with AVX512-BF16).
+    /// accumulation, masks within IoU 0.99 of f32; CPUs with AVX512-BF16: elsewhere refused).
     #[arg(long, value_name = "f32|bf16", default_value = "f32")]
     dtype: edgetam::tracker::Precision,
 }
@@ -330,14 +330,11 @@ pub fn track(args: TrackArgs) -> Result<()> {
     let frames = list_frames(&args.frames)?;
     let prompts = prepare_prompts(&args.prompts, &frames)?;
     let mut outputs = Outputs::create(&args)?;
-    let mut model = load_model(&args.model, args.input_size.input_size)?;
-    if model.set_precision(args.dtype) != args.dtype {
-        anyhow::bail!(
-            "--dtype {}: not available here (the bf16 mode needs a CPU with AVX512-BF16)",
-            args.dtype
-        );
-    }
-    let model = Arc::new(model);
+    let model = Arc::new(load_model(
+        &args.model,
+        args.input_size.input_size,
+        args.dtype,
+    )?);
     let pipeline = Pipeline::builder(model)
         .queue_capacity(usize::try_from(args.queue).unwrap_or(usize::MAX))
         .drop_policy(DropPolicy::Block)

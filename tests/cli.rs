@@ -28,7 +28,13 @@ const HUB_VARS: &[&str] = &[
 /// `edgetam` with the hub sandboxed: an empty cache and HF_HUB_OFFLINE, so a `--model` that
 /// looks like a repository id never reaches the network.
 fn edgetam(args: &[&str]) -> Output {
+    edgetam_env(args, &[])
+}
+
+/// [`edgetam`] with `env` set too.
+fn edgetam_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgetam"));
+    cmd.envs(env.iter().copied());
     for k in HUB_VARS {
         cmd.env_remove(k);
     }
@@ -770,4 +776,44 @@ fn bench_runs_every_input_size() {
         .map(|c| c["image_size"].as_u64().unwrap())
         .collect();
     assert_eq!(sizes, [256, 512]);
+}
+
+/// `--dtype bf16` where bf16 cannot run (the kernels capped below avx512 by `EDGETAM_ISA`) is
+/// refused before the model loads, with the reason; never run in f32 instead. f32 still runs.
+#[test]
+fn bf16_where_it_cannot_run_is_refused() {
+    // Below the bf16 kernels' avx512: avx2 where the CPU has it, else portable.
+    use edgetam::tracker::Isa;
+    let cap = [Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .find(|isa| isa.runs_here())
+        .map_or("portable", Isa::name);
+    let bench = |dtype: &str| {
+        edgetam_env(
+            &[
+                "bench",
+                "--random-weights",
+                "--input-size",
+                "256",
+                "--frames",
+                "1",
+                "--warmup",
+                "1",
+                "--objects",
+                "1",
+                "--dtype",
+                dtype,
+            ],
+            &[("EDGETAM_ISA", cap)],
+        )
+    };
+    let o = bench("f32,bf16");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--dtype bf16: precision bf16 is not available here: it needs "),
+        "{e}"
+    );
+    let o = bench("f32");
+    assert!(o.status.success(), "{}", stderr(&o));
 }

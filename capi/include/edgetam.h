@@ -100,6 +100,12 @@ typedef enum EdgetamStatus {
    * tracker that panicked refuses further calls until `edgetam_tracker_reset`.
    */
   EDGETAM_STATUS_PANIC = 11,
+  /**
+   * The requested precision cannot run here: `"bf16"` needs the CPU, AVX512-BF16 and the
+   * avx512 kernels (not capped by `EDGETAM_ISA`). The message says what this machine runs;
+   * load with `"f32"` instead. Never a silent fallback to f32.
+   */
+  EDGETAM_STATUS_PRECISION_UNAVAILABLE = 12,
 } EdgetamStatus;
 
 /**
@@ -152,8 +158,9 @@ typedef struct EdgetamModelOptions {
    */
   const char *device;
   /**
-   * `"f32"` (exact) or `"bf16"` (faster on CPUs with AVX512-BF16; elsewhere f32 runs);
-   * NULL means `"f32"`.
+   * `"f32"` (exact) or `"bf16"` (faster; needs a CPU with AVX512-BF16 and the avx512
+   * kernels: elsewhere the load fails with `EDGETAM_STATUS_PRECISION_UNAVAILABLE`, never
+   * running f32 in its place); NULL means `"f32"`.
    */
   const char *precision;
   /**
@@ -305,7 +312,14 @@ const char *edgetam_status_name(int32_t status);
  * `edgetam.pt` checkpoint, or (in a library built with the `hub` feature, the default) a
  * Hugging Face repository id such as `"yonigozlan/EdgeTAM-hf"`, downloaded into the Hugging
  * Face cache. `options` may be NULL (defaults). On success `*out` is a new handle to free with
- * `edgetam_model_free`; on failure it is set to NULL.
+ * `edgetam_model_free`; on failure it is set to NULL. A precision that cannot run here (`"bf16"`
+ * without AVX512-BF16) is `EDGETAM_STATUS_PRECISION_UNAVAILABLE`, its message naming why.
+ *
+ * The first load sets the process up as every edgetam front end does (each only where the
+ * environment leaves it unset): `RAYON_NUM_THREADS` to the core count, candle's idle spin limit
+ * (`CANDLE_BARRIER_POOL_SPIN_LIMIT`), and glibc malloc keeping freed buffers
+ * (`EDGETAM_KEEP_FREED_MEMORY=0` turns that off). It writes the environment: load the first
+ * model before starting threads that call `getenv`.
  *
  * Thread safety: may run on several threads at once.
  *
@@ -349,6 +363,17 @@ enum EdgetamStatus edgetam_model_backend(const struct EdgetamModel *model,
  * `model` is NULL or a live handle; `out` is NULL or writable.
  */
 enum EdgetamStatus edgetam_model_input_size(const struct EdgetamModel *model, uint32_t *out);
+
+/**
+ * The precision this model runs: `"f32"` or `"bf16"` (a static string), what the load asked
+ * for (a load never falls back to another precision).
+ *
+ * Thread safety: may run on several threads at once.
+ *
+ * # Safety
+ * `model` is NULL or a live handle; `out` is NULL or writable.
+ */
+enum EdgetamStatus edgetam_model_precision(const struct EdgetamModel *model, const char **out);
 
 /**
  * The frame the result is for: its index in the stream (0-based, restarting at a tracker

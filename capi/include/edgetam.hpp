@@ -121,7 +121,7 @@ struct Frame {
 
 struct ModelOptions {
     std::string device = "cpu";   ///< "cpu", "cuda" or "cuda:N"
-    std::string precision = "f32";  ///< "f32" or "bf16"
+    std::string precision = "f32";  ///< "f32" or "bf16" (AVX512-BF16 CPUs; elsewhere load throws)
     uint32_t input_size = 0;       ///< 0: the checkpoint's; else a multiple of 256, 256..2048
 };
 
@@ -148,7 +148,7 @@ public:
     Model &operator=(const Model &) = delete;
     ~Model() { edgetam_model_free(handle_); }
 
-    /// "cpu" (the CPU path) or "cuda:N".
+    /// "cpu avx512" (the CPU and its kernels' instruction set) or "cuda:N".
     std::string backend() const {
         const char *out = nullptr;
         detail::check(edgetam_model_backend(handle_, &out));
@@ -157,6 +157,13 @@ public:
     uint32_t input_size() const {
         uint32_t out = 0;
         detail::check(edgetam_model_input_size(handle_, &out));
+        return out;
+    }
+    /// "f32" or "bf16": what the load asked for (a bf16 request that cannot run throws Error
+    /// with EDGETAM_STATUS_PRECISION_UNAVAILABLE instead of loading f32).
+    std::string precision() const {
+        const char *out = nullptr;
+        detail::check(edgetam_model_precision(handle_, &out));
         return out;
     }
     const EdgetamModel *get() const noexcept { return handle_; }

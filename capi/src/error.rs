@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use edgetam_tracker::util::panic_message;
 use edgetam_tracker::Error as TrackerError;
 
 /// What a call returns. `EDGETAM_STATUS_OK` (0) is success; on any other code
@@ -41,6 +42,10 @@ pub enum EdgetamStatus {
     /// A bug: the library panicked. The call had no effect beyond what the message says; a
     /// tracker that panicked refuses further calls until `edgetam_tracker_reset`.
     Panic = 11,
+    /// The requested precision cannot run here: `"bf16"` needs the CPU, AVX512-BF16 and the
+    /// avx512 kernels (not capped by `EDGETAM_ISA`). The message says what this machine runs;
+    /// load with `"f32"` instead. Never a silent fallback to f32.
+    PrecisionUnavailable = 12,
 }
 
 /// Everything a call can fail with, typed; [`Self::status`] is its code at the boundary.
@@ -113,6 +118,7 @@ fn tracker_status(e: &TrackerError) -> EdgetamStatus {
         }
         TrackerError::InvalidPrompt(_) => EdgetamStatus::InvalidPrompt,
         TrackerError::InvalidDevice(_) => EdgetamStatus::Device,
+        TrackerError::PrecisionUnavailable { .. } => EdgetamStatus::PrecisionUnavailable,
         _ => EdgetamStatus::Runtime,
     }
 }
@@ -164,16 +170,6 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), CapiError>) -> EdgetamStatus 
 pub(crate) fn guard_value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     // AssertUnwindSafe: these entry points only read process-wide or thread-local state.
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".into()
-    }
 }
 
 #[cfg(test)]

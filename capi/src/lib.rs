@@ -34,7 +34,7 @@ pub use error::EdgetamStatus;
 pub use frame::{EdgetamFrame, EdgetamPixelFormat, EdgetamPlane};
 pub use model::{
     edgetam_model_backend, edgetam_model_free, edgetam_model_input_size, edgetam_model_load,
-    EdgetamModel, EdgetamModelOptions,
+    edgetam_model_precision, EdgetamModel, EdgetamModelOptions,
 };
 pub use result::{
     edgetam_result_copy_mask, edgetam_result_count, edgetam_result_find, edgetam_result_frame,
@@ -71,7 +71,9 @@ pub extern "C" fn edgetam_backend() -> *const c_char {
     static BACKEND: OnceLock<CString> = OnceLock::new();
     error::guard_value(c"cpu".as_ptr(), || {
         BACKEND
-            .get_or_init(|| CString::new(model::cpu_backend()).unwrap_or_default())
+            .get_or_init(|| {
+                CString::new(edgetam_tracker::Backend::cpu().to_string()).unwrap_or_default()
+            })
             .as_ptr()
     })
 }
@@ -106,6 +108,7 @@ pub extern "C" fn edgetam_status_name(status: i32) -> *const c_char {
         9 => c"EDGETAM_STATUS_DEVICE",
         10 => c"EDGETAM_STATUS_RUNTIME",
         11 => c"EDGETAM_STATUS_PANIC",
+        12 => c"EDGETAM_STATUS_PRECISION_UNAVAILABLE",
         _ => c"EDGETAM_STATUS_UNKNOWN",
     };
     error::guard_value(c"EDGETAM_STATUS_UNKNOWN".as_ptr(), || name.as_ptr())

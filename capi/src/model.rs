@@ -3,8 +3,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
-use candle_core::DeviceLocation;
-use edgetam_tracker::{parse_device, resolve_model, EdgeTam, LoadOptions, Precision};
+use edgetam_tracker::{EdgeTam, ModelSpec, Precision};
 
 use crate::error::{guard, CapiError, EdgetamStatus};
 use crate::ptr::{clear_out, optional_str, required_str, write_out};
@@ -25,26 +24,13 @@ pub struct EdgetamModelOptions {
     /// `"cpu"`, `"cuda"` or `"cuda:N"`; NULL means `"cpu"`. CUDA needs a library built with
     /// the `cuda` feature.
     pub device: *const c_char,
-    /// `"f32"` (exact) or `"bf16"` (faster on CPUs with AVX512-BF16; elsewhere f32 runs);
-    /// NULL means `"f32"`.
+    /// `"f32"` (exact) or `"bf16"` (faster; needs a CPU with AVX512-BF16 and the avx512
+    /// kernels: elsewhere the load fails with `EDGETAM_STATUS_PRECISION_UNAVAILABLE`, never
+    /// running f32 in its place); NULL means `"f32"`.
     pub precision: *const c_char,
     /// Side of the square model input: a multiple of 256 from 256 to 2048; 0 keeps the
     /// checkpoint's (1024 for the released EdgeTAM). Smaller is faster and less accurate.
     pub input_size: u32,
-}
-
-/// The backend string of the CPU path: `"cpu "` and the instruction set the kernels run with
-/// (`edgetam_tracker::isa()`), e.g. `"cpu avx512"`. When `EDGETAM_ISA` names a path this CPU
-/// cannot run, the kernels keep the widest one it has (and loading a model fails, naming why),
-/// so that is the path named here.
-pub(crate) fn cpu_backend() -> String {
-    let isa = edgetam_tracker::isa().unwrap_or_else(|_| {
-        edgetam_tracker::available_isas()
-            .first()
-            .copied()
-            .unwrap_or(edgetam_tracker::Isa::Portable)
-    });
-    format!("cpu {isa}")
 }
 
 fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamModel, CapiError> {
@@ -58,26 +44,18 @@ fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamMo
         ),
         None => (None, None, 0),
     };
-    let device = parse_device(device.unwrap_or("cpu"))?;
     let precision: Precision = precision
         .unwrap_or("f32")
         .parse()
         .map_err(CapiError::InvalidArgument)?;
-    let mut load_options = LoadOptions::default();
-    if input_size != 0 {
-        load_options = load_options.input_size(input_size as usize);
-    }
-    let path = resolve_model(source)?;
-    let mut model = EdgeTam::load_with(&path, &device, &load_options)?;
-    model.set_precision(precision);
-    let backend = match device.location() {
-        DeviceLocation::Cpu => cpu_backend(),
-        DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
-    };
+    let loaded = ModelSpec::new(source)
+        .device(device.unwrap_or("cpu"))
+        .precision(precision)
+        .input_size((input_size != 0).then_some(input_size as usize))
+        .load()?;
     Ok(EdgetamModel {
-        model: Arc::new(model),
-        backend: CString::new(backend).unwrap_or_default(),
+        model: Arc::new(loaded.model),
+        backend: CString::new(loaded.backend.to_string()).unwrap_or_default(),
     })
 }
 
@@ -85,7 +63,14 @@ fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamMo
 /// `edgetam.pt` checkpoint, or (in a library built with the `hub` feature, the default) a
 /// Hugging Face repository id such as `"yonigozlan/EdgeTAM-hf"`, downloaded into the Hugging
 /// Face cache. `options` may be NULL (defaults). On success `*out` is a new handle to free with
-/// `edgetam_model_free`; on failure it is set to NULL.
+/// `edgetam_model_free`; on failure it is set to NULL. A precision that cannot run here (`"bf16"`
+/// without AVX512-BF16) is `EDGETAM_STATUS_PRECISION_UNAVAILABLE`, its message naming why.
+///
+/// The first load sets the process up as every edgetam front end does (each only where the
+/// environment leaves it unset): `RAYON_NUM_THREADS` to the core count, candle's idle spin limit
+/// (`CANDLE_BARRIER_POOL_SPIN_LIMIT`), and glibc malloc keeping freed buffers
+/// (`EDGETAM_KEEP_FREED_MEMORY=0` turns that off). It writes the environment: load the first
+/// model before starting threads that call `getenv`.
 ///
 /// Thread safety: may run on several threads at once.
 ///
@@ -131,6 +116,28 @@ pub unsafe extern "C" fn edgetam_model_free(model: *mut EdgetamModel) {
     });
 }
 
+/// The body of every model getter: `model` and `out` checked (NULL is an error), then
+/// `*out = value(model)`, inside the guard.
+///
+/// # Safety
+/// `model` is NULL or a live handle; `out` is NULL or writable.
+unsafe fn get<T>(
+    model: *const EdgetamModel,
+    out: *mut T,
+    value: impl FnOnce(&EdgetamModel) -> T,
+) -> EdgetamStatus {
+    guard(|| {
+        // SAFETY: `model` is NULL or a live handle (the caller's contract).
+        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        if out.is_null() {
+            return Err(CapiError::Null("out"));
+        }
+        // SAFETY: `out` is non-null and writable (the caller's contract).
+        unsafe { write_out(out, value(model)) };
+        Ok(())
+    })
+}
+
 /// Where this model really runs: `"cpu "` and the kernels' instruction set (`"cpu avx512"`,
 /// `"cpu avx2"`, `"cpu neon"`, `"cpu portable"`) or `"cuda:N"`, so that a silent fallback from
 /// a GPU to the CPU is caught. `*out` points to a string owned by the model, valid until it is freed.
@@ -144,16 +151,8 @@ pub unsafe extern "C" fn edgetam_model_backend(
     model: *const EdgetamModel,
     out: *mut *const c_char,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { write_out(out, model.backend.as_ptr()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s.
+    unsafe { get(model, out, |m| m.backend.as_ptr()) }
 }
 
 /// The side of the square model input this model runs at (e.g. 1024, or the `input_size`
@@ -168,15 +167,31 @@ pub unsafe extern "C" fn edgetam_model_input_size(
     model: *const EdgetamModel,
     out: *mut u32,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let size = u32::try_from(model.model.config().image_size).unwrap_or(u32::MAX);
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { write_out(out, size) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s.
+    unsafe {
+        get(model, out, |m| {
+            u32::try_from(m.model.config().image_size).unwrap_or(u32::MAX)
+        })
+    }
+}
+
+/// The precision this model runs: `"f32"` or `"bf16"` (a static string), what the load asked
+/// for (a load never falls back to another precision).
+///
+/// Thread safety: may run on several threads at once.
+///
+/// # Safety
+/// `model` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn edgetam_model_precision(
+    model: *const EdgetamModel,
+    out: *mut *const c_char,
+) -> EdgetamStatus {
+    // SAFETY: the caller's contract is `get`'s; the strings are static.
+    unsafe {
+        get(model, out, |m| match m.model.precision() {
+            Precision::F32 => c"f32".as_ptr(),
+            Precision::Bf16 => c"bf16".as_ptr(),
+        })
+    }
 }

@@ -45,6 +45,62 @@ fn null_handles_are_errors() {
     assert_eq!(last_error(), "tracker is NULL");
 }
 
+/// `edgetam_model_load` with `precision` at input 256: the status, and the model's precision
+/// string when it loaded.
+fn load_with_precision(precision: &CStr) -> (EdgetamStatus, Option<String>) {
+    let model_dir = std::ffi::CString::new(fixtures().join("model").to_string_lossy().into_owned())
+        .expect("path");
+    let options = EdgetamModelOptions {
+        device: ptr::null(),
+        precision: precision.as_ptr(),
+        input_size: 256,
+    };
+    let mut model = ptr::null_mut();
+    // SAFETY: valid strings and out-pointer.
+    let status = unsafe { edgetam_model_load(model_dir.as_ptr(), &options, &mut model) };
+    if status != EdgetamStatus::Ok {
+        assert!(model.is_null());
+        return (status, None);
+    }
+    let mut out = ptr::null();
+    // SAFETY: a live handle and a writable out-pointer.
+    assert_eq!(
+        unsafe { edgetam_model_precision(model, &mut out) },
+        EdgetamStatus::Ok
+    );
+    // SAFETY: a static NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: the handle from the load, freed once.
+    unsafe { edgetam_model_free(model) };
+    (status, Some(name))
+}
+
+/// bf16 is loaded as bf16 or refused with its own status: never f32 in its place. (The refusal
+/// itself is checked by scripts/test-capi.sh, which runs the C program under EDGETAM_ISA=avx2.)
+#[test]
+fn precision_is_what_was_asked_or_refused() {
+    assert_eq!(
+        load_with_precision(c"f32"),
+        (EdgetamStatus::Ok, Some("f32".into()))
+    );
+    match load_with_precision(c"bf16") {
+        (EdgetamStatus::Ok, name) => assert_eq!(name.as_deref(), Some("bf16")),
+        (EdgetamStatus::PrecisionUnavailable, _) => assert!(
+            last_error().starts_with("precision bf16 is not available here: "),
+            "{}",
+            last_error()
+        ),
+        (status, _) => panic!("{status:?}: {}", last_error()),
+    }
+    let mut out = ptr::null();
+    // SAFETY: a NULL handle: what is under test.
+    let status = unsafe { edgetam_model_precision(ptr::null(), &mut out) };
+    assert_eq!(status, EdgetamStatus::NullPointer);
+    assert_eq!(last_error(), "model is NULL");
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]

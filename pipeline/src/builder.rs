@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
+use edgetam_tracker::util::panic_message;
 use edgetam_tracker::{EdgeTam, Tracker, TrackerOptions};
 
 use crate::error::{Error, Result};
@@ -204,11 +205,7 @@ fn spawn(
         .name(name.into())
         .spawn(move || {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
-                let msg = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "worker panicked".into());
+                let msg = panic_message(payload.as_ref());
                 tracing::error!(%msg, "pipeline worker panicked");
                 shared.fail(msg.clone());
                 let _ = out.send(Err(Error::WorkerFailed(format!("panic: {msg}"))));

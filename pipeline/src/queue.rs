@@ -2,7 +2,7 @@
 //! policies; the workers pop from it and emit results through it.
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -65,9 +65,9 @@ pub(crate) enum PushError {
     Failed(Error),
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// The poison-tolerant lock every front end uses (a worker's panic is reported as an error on
+/// the output queue; the queue's state stays whole).
+pub(crate) use edgetam_tracker::util::lock;
 
 impl Shared {
     pub(crate) fn new(capacity: usize, policy: DropPolicy) -> Self {

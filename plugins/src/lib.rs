@@ -92,10 +92,12 @@ pub mod fuzzing {
 }
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    // The compute threads' settings (core count, candle's idle spinning: 8-10 % of a frame on
-    // 2 cores) where the environment leaves them unset. Plugins load before streaming starts,
-    // the earliest point an element gets; the model's first op comes later, in `start`.
-    edgetam_tracker::pin_default_threads();
+    // The process set-up every front end runs (`edgetam_tracker::process_setup`: the compute
+    // threads' settings where the environment leaves them unset, candle's idle spinning being
+    // 8-10 % of a frame on 2 cores; glibc malloc keeping freed activation buffers). Plugins load
+    // before streaming starts, the earliest point an element gets; the model's first op comes
+    // later, in `start` (whose model load would run it too, once per process).
+    edgetam_tracker::process_setup();
     edgetamtrack::register(plugin)
 }
 

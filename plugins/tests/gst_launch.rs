@@ -139,6 +139,31 @@ fn bad_enum_values_are_refused_with_the_property_named() {
     assert!(all.contains("precision") && all.contains("f8"), "{all}");
 }
 
+/// `precision=bf16` where bf16 cannot run (here: the kernels capped below the bf16 kernels'
+/// avx512 by `EDGETAM_ISA`, read once per process, so in gst-launch's own process) fails to
+/// start with the reason, and does not run f32 in its place.
+#[test]
+fn bf16_where_it_cannot_run_fails_to_start() {
+    let cap = if edgetam_tracker::Isa::Avx2.runs_here() {
+        "avx2"
+    } else {
+        "portable"
+    };
+    let pipeline = format!(
+        "videotestsrc num-buffers=2 ! video/x-raw,width=96,height=64 ! edgetamtrack model={} \
+         input-size=256 precision=bf16 ! fakesink",
+        model_dir().display()
+    );
+    let args: Vec<&str> = pipeline.split_whitespace().collect();
+    let o = gst_tool_env("gst-launch-1.0", &args, &[("EDGETAM_ISA", cap)]);
+    let all = text(&o);
+    let refused = all.contains("precision bf16 is not available here: it needs ");
+    assert!(
+        !o.status.success() && refused && !all.contains("panicked"),
+        "{all}"
+    );
+}
+
 #[test]
 fn videotestsrc_pipeline_posts_messages() {
     let model = model_dir();

@@ -471,7 +471,8 @@ fn missing_or_bad_model_fails_the_state_change() {
         "{e}"
     );
     // `precision` is a registered enum: a bad value is refused by GStreamer when set (see
-    // gst_launch.rs), and `bf16` fails to start only where the CPU lacks AVX512-BF16.
+    // gst_launch.rs), and `bf16` fails to start only where it cannot run (a CPU without
+    // AVX512-BF16, or EDGETAM_ISA below avx512: gst_launch.rs checks that refusal).
 }
 
 /// Pushes `bufs`, then EOS, and pulls every buffer that comes out (in order).

@@ -160,14 +160,18 @@ class Model:
         device: str = "cpu",
         precision: Literal["f32", "bf16"] = "f32",
         input_size: Optional[int] = None,
-    ) -> Model: ...
+    ) -> Model:
+        """Loads a folder, an edgetam.pt or a hub repository id. precision="bf16" needs a CPU
+        with AVX512-BF16 and the avx512 kernels: elsewhere InvalidInputError says why (never
+        f32 in its place). ModelFileError for a missing or unreadable model."""
     @property
     def backend(self) -> str:
         """Where the model runs: "cpu avx512" (etc., as backend()) or "cuda:N"."""
     @property
     def input_size(self) -> int: ...
     @property
-    def precision(self) -> str: ...
+    def precision(self) -> Literal["f32", "bf16"]:
+        """The precision the model runs: what load asked for (it never falls back)."""
     def tracker(self) -> Tracker: ...
     def pipeline(
         self,

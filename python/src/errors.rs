@@ -4,9 +4,9 @@
 //! derives from `edgetam.Error` *and* from the builtin a caller already catches (`ValueError`
 //! for bad input, `OSError` for files): pyo3's `create_exception!` takes one base only.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use edgetam_tracker::util::panic_message;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -18,7 +18,8 @@ pub(crate) enum Kind {
     /// `edgetam.Error`: the base; also what an internal failure (tensor engine, panic) raises.
     Base,
     /// `edgetam.InvalidInputError` (`ValueError`): an argument out of range (device, precision,
-    /// input size, a limit, a pipeline setting).
+    /// input size, a limit, a pipeline setting), or one this machine cannot run (a device it
+    /// lacks, bf16 without AVX512-BF16).
     Input,
     /// `edgetam.InvalidFrameError` (an `InvalidInputError`): dtype, shape, layout, size.
     Frame,
@@ -165,7 +166,11 @@ pub(crate) fn tracker_kind(e: &edgetam_tracker::Error) -> Kind {
         | E::WeightShape { .. }
         | E::UnexpectedWeights { .. }
         | E::Hub(_) => Kind::File,
-        E::InputSize { .. } | E::InvalidDevice(_) | E::Limit(_) | E::Isa(_) => Kind::Input,
+        E::InputSize { .. }
+        | E::InvalidDevice(_)
+        | E::Limit(_)
+        | E::Isa(_)
+        | E::PrecisionUnavailable { .. } => Kind::Input,
         E::InvalidFrame(_) | E::InvalidImage(_) => Kind::Frame,
         E::InvalidPrompt(_) => Kind::Prompt,
         _ => Kind::Base,
@@ -219,15 +224,7 @@ impl Failure {
 /// would raise its `PanicException`, a `BaseException` that `except Exception` misses).
 pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
     catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|payload| Err(Failure::Panic(message(&*payload))))
-}
-
-fn message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
+        .unwrap_or_else(|payload| Err(Failure::Panic(panic_message(&*payload))))
 }
 
 /// Runs `f` with the GIL released and a panic caught, then raises its error as an `edgetam`

@@ -23,25 +23,18 @@ use pyo3::prelude::*;
 #[pyfunction(name = "backend")]
 fn py_backend(py: Python<'_>) -> PyResult<String> {
     edgetam_tracker::isa()
-        .map(|isa| cpu_backend(Some(isa)))
+        .map(|_| edgetam_tracker::Backend::cpu().to_string())
         .map_err(|e| errors::Failure::from(edgetam_tracker::Error::from(e)).into_py(py))
-}
-
-/// The CPU backend's name: `"cpu <isa>"`, or `"cpu"` when the instruction set is not known.
-pub(crate) fn cpu_backend(isa: Option<edgetam_tracker::Isa>) -> String {
-    match isa {
-        Some(isa) => format!("cpu {isa}"),
-        None => "cpu".to_string(),
-    }
 }
 
 #[pymodule]
 fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // As the CLI and the GStreamer plugin do first thing: RAYON_NUM_THREADS to the core count
-    // and candle's spin limit, where the caller set neither (8-10 % of a tracked frame on 2
-    // cores, the guide: docs/src/tuning.md, "Threads"). At import, before any model exists or
-    // runs; it writes the environment as `os.environ[...] = ...` does (setenv, with the GIL held).
-    edgetam_tracker::pin_default_threads();
+    // The process set-up every front end runs (`edgetam_tracker::process_setup`: the thread
+    // count and candle's spin limit where the caller set neither, 8-10 % of a tracked frame on
+    // 2 cores, the guide's docs/src/tuning.md, "Threads"; glibc malloc keeping freed buffers). At import, before any model exists or runs,
+    // the earliest point the module gets; it writes the environment as `os.environ[...] = ...`
+    // does (setenv, with the GIL held). `Model.load` would run it too (once per process).
+    edgetam_tracker::process_setup();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<model::Model>()?;

@@ -4,12 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use edgetam_tracker::{
-    mask_area_and_box, EdgeTam, LoadOptions, Mask, ModelSource, MultimaskMode, ObjectResult,
-    Precision,
+    mask_area_and_box, EdgeTam, Mask, ModelSpec, MultimaskMode, ObjectResult, Precision,
 };
 use pyo3::prelude::*;
 
-use crate::errors::{detached, error, Failure, Kind};
+use crate::errors::{detached, error, Kind};
 use crate::frame::ArrayFrame;
 use crate::pipeline::{drop_policy, Pipeline};
 use crate::prompts::{points_prompt, BoxArg};
@@ -29,9 +28,13 @@ impl Model {
     /// Loads a model: a folder with `config.json` + `model.safetensors`, an original
     /// `edgetam.pt`, or a Hugging Face hub repository id such as `yonigozlan/EdgeTAM-hf`
     /// (downloaded into the Hugging Face cache). `device` is `"cpu"` or `"cuda:N"`,
-    /// `precision` `"f32"` (exact) or `"bf16"` (fast on CPUs with AVX512-BF16), `input_size`
-    /// the model's square input side (a multiple of 256 from 256 to 2048; default: the
-    /// checkpoint's, 1024 for the released EdgeTAM; smaller is faster).
+    /// `precision` `"f32"` (exact) or `"bf16"` (fast; needs a CPU with AVX512-BF16 and the
+    /// avx512 kernels: elsewhere `InvalidInputError` says why, never running f32 in its place),
+    /// `input_size` the model's square input side (a multiple of 256 from 256 to 2048; default:
+    /// the checkpoint's, 1024 for the released EdgeTAM; smaller is faster).
+    ///
+    /// Raises `ModelFileError` for a model missing or unreadable, `InvalidInputError` for a bad
+    /// device, precision, input size or `EDGETAM_ISA`, and for a precision that cannot run here.
     #[staticmethod]
     #[pyo3(signature = (path_or_hub_id, device = "cpu", precision = "f32", input_size = None))]
     fn load(
@@ -44,27 +47,14 @@ impl Model {
         let precision: Precision = precision
             .parse()
             .map_err(|e: String| error(py, Kind::Input, e))?;
-        let device_spec = device.trim().to_ascii_lowercase();
-        let device = edgetam_tracker::parse_device(&device_spec)
-            .map_err(|e| Failure::from(e).into_py(py))?;
-        let mut options = LoadOptions::default();
-        if let Some(size) = input_size {
-            options = options.input_size(size);
-        }
-        let model = detached(py, || {
-            let path = ModelSource::parse(&path_or_hub_id).resolve()?;
-            let mut model = EdgeTam::load_with(&path, &device, &options)?;
-            model.set_precision(precision);
-            Ok(model)
-        })?;
-        let backend = match device {
-            // The load checked `isa()` (a bad EDGETAM_ISA fails it), so this is the path taken.
-            candle_core::Device::Cpu => crate::cpu_backend(edgetam_tracker::isa().ok()),
-            _ => device_spec,
-        };
+        let spec = ModelSpec::new(&path_or_hub_id)
+            .device(device)
+            .precision(precision)
+            .input_size(input_size);
+        let loaded = detached(py, || Ok(spec.load()?))?;
         Ok(Self {
-            inner: Arc::new(model),
-            backend,
+            inner: Arc::new(loaded.model),
+            backend: loaded.backend.to_string(),
         })
     }
 
@@ -81,7 +71,8 @@ impl Model {
         self.inner.config().image_size
     }
 
-    /// `"f32"` or `"bf16"`.
+    /// `"f32"` or `"bf16"`: the precision the model runs, the one `load` asked for (a load
+    /// never falls back to another).
     #[getter]
     fn precision(&self) -> String {
         self.inner.precision().to_string()

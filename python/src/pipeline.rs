@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use edgetam_pipeline::{DropPolicy, FrameOutput, Outcome};
+use edgetam_tracker::util::lock;
 use edgetam_tracker::ObjectPrompt;
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
@@ -73,9 +74,7 @@ impl Pipeline {
     }
 
     fn get(&self, py: Python<'_>) -> PyResult<Arc<edgetam_pipeline::Pipeline>> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
             .clone()
             .ok_or_else(|| error(py, Kind::Pipeline, "the pipeline is closed"))
     }
@@ -325,7 +324,7 @@ impl Pipeline {
     /// Stops the workers after the frame they are on; queued frames and unread results are
     /// discarded. Further calls raise `PipelineError`; iteration stops.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = lock(&self.inner).take();
         if let Some(p) = taken {
             // Joined here unless another thread is still inside a call (it then stops them).
             detached(py, || {

@@ -1,7 +1,8 @@
 //! `edgetam.Tracker`: one video stream's tracking state, driven frame by frame.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
+use edgetam_tracker::util::lock;
 use edgetam_tracker::ObjectPrompt;
 use pyo3::prelude::*;
 
@@ -44,12 +45,6 @@ impl Tracker {
     fn add(&self, py: Python<'_>, obj: u32, frame: u64, prompt: ObjectPrompt) -> PyResult<()> {
         self.with(py, |t| Ok(t.add_prompt(obj, frame, prompt)?))
     }
-}
-
-/// The tracker even if a panic poisoned the lock: the panic already became an exception, and
-/// the tracker's own checks keep later calls sound.
-fn lock(m: &Mutex<edgetam_tracker::Tracker>) -> MutexGuard<'_, edgetam_tracker::Tracker> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[pymethods]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,3 +213,42 @@ def test_bad_edgetam_isa():
     lines = out.stdout.splitlines()
     assert len(lines) == 2, out
     assert all(line.startswith("raised: EDGETAM_ISA=\"sse9\"") for line in lines), lines
+
+
+def test_bf16_refused_where_it_cannot_run():
+    """precision="bf16" under an EDGETAM_ISA cap below avx512 (the bf16 kernels' path): Model.load
+    raises InvalidInputError saying why, never an f32 model in its place (the cap is read once
+    per process, hence a child process); f32 still loads there."""
+    cpuinfo = Path("/proc/cpuinfo")
+    cap = "avx2" if cpuinfo.exists() and " avx2" in cpuinfo.read_text() else "portable"
+    model = str(FIXTURES / "model")
+    code = "\n".join(
+        [
+            "import edgetam",
+            "try:",
+            f"    m = edgetam.Model.load({model!r}, precision='bf16', input_size=256)",
+            "    print('loaded:', m.precision)",
+            "except edgetam.InvalidInputError as e:",
+            "    print('raised:', e)",
+            f"m = edgetam.Model.load({model!r}, input_size=256)",
+            "print('f32:', m.precision, m.backend)",
+        ]
+    )
+    env = {**os.environ, "EDGETAM_ISA": cap}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out
+    assert lines[0].startswith("raised: precision bf16 is not available here: "), lines
+    assert lines[1] == f"f32: f32 cpu {cap}", lines
+
+
+def test_bf16_loads_as_bf16_or_is_refused():
+    """In this process (no cap): bf16 is bf16 where the CPU runs it, else refused."""
+    try:
+        model = edgetam.Model.load(FIXTURES / "model", precision="bf16", input_size=256)
+    except edgetam.InvalidInputError as e:
+        assert "precision bf16 is not available here" in str(e)
+    else:
+        assert model.precision == "bf16"

@@ -51,3 +51,57 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     }
     Ok(device)
 }
+
+/// Where a model really runs, as the front ends report it: the CPU and the instruction set its
+/// kernels take, or a GPU. One type so that the CLI, the element, the C ABI and Python print
+/// the same string (`Display`): `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"`, `"cpu portable"`,
+/// `"cuda:0"`, `"metal:0"`. A silent fallback from a GPU to the CPU, or from AVX-512 to a
+/// narrower path, shows in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The CPU, its kernels on this instruction set (the widest the CPU runs, or the
+    /// `EDGETAM_ISA` cap; when `EDGETAM_ISA` is invalid, the path the kernels keep).
+    Cpu(crate::Isa),
+    /// A CUDA GPU by ordinal.
+    Cuda(usize),
+    /// An Apple GPU by ordinal (candle's Metal backend; not built by this workspace).
+    Metal(usize),
+}
+
+impl Backend {
+    /// The backend of a model on `device`.
+    pub fn of(device: &Device) -> Self {
+        match device.location() {
+            candle_core::DeviceLocation::Cpu => Self::Cpu(crate::kernels::cpu::in_effect()),
+            candle_core::DeviceLocation::Cuda { gpu_id } => Self::Cuda(gpu_id),
+            candle_core::DeviceLocation::Metal { gpu_id } => Self::Metal(gpu_id),
+        }
+    }
+
+    /// The CPU backend of this process (what models on `"cpu"` run on).
+    pub fn cpu() -> Self {
+        Self::Cpu(crate::kernels::cpu::in_effect())
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu(isa) => write!(f, "cpu {isa}"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+            Self::Metal(n) => write!(f, "metal:{n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_strings() {
+        assert_eq!(Backend::Cpu(crate::Isa::Avx2).to_string(), "cpu avx2");
+        assert_eq!(Backend::Cuda(1).to_string(), "cuda:1");
+        assert_eq!(Backend::of(&Device::Cpu), Backend::cpu());
+    }
+}

@@ -57,6 +57,17 @@ pub enum Error {
     /// A prompt is malformed or lies outside the image.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// The requested precision cannot run on this device or CPU: [`Bf16`](crate::Precision::Bf16) needs the
+    /// CPU, AVX512-BF16 and the avx512 kernels (not capped by `EDGETAM_ISA`). Loading through
+    /// [`ModelSpec`](crate::ModelSpec) and [`EdgeTam::try_set_precision`](crate::EdgeTam::try_set_precision)
+    /// refuse with this instead of running another precision than the one asked for.
+    #[error("precision {precision} is not available here: {reason}")]
+    PrecisionUnavailable {
+        /// What was asked for.
+        precision: crate::Precision,
+        /// Why it cannot run, naming what this machine runs instead.
+        reason: String,
+    },
     /// `EDGETAM_ISA` names an instruction set that is unknown or that this CPU lacks.
     #[error(transparent)]
     Isa(#[from] crate::kernels::cpu::IsaError),

@@ -31,14 +31,17 @@ mod instrument;
 mod kernels;
 pub mod limits;
 mod model;
+mod setup;
 mod tracking;
+#[doc(hidden)]
+pub mod util;
 
 /// Stage-by-stage checks against the reference fixtures (what the parity tests and
 /// `edgetam check` run).
 #[cfg(feature = "checks")]
 pub mod checks;
 
-pub use device::parse_device;
+pub use device::{parse_device, Backend};
 pub use error::{Error, Result};
 #[cfg(feature = "opencv")]
 pub use frame::mat::{pixel_format_of, MatError};
@@ -49,6 +52,7 @@ pub use kernels::cpu::{available_isas, isa, Isa, IsaError};
 pub use kernels::{pin_default_threads, CANDLE_SPIN_LIMIT};
 pub use limits::LimitError;
 pub use model::config::{EdgeTamConfig, MAX_INPUT_SIZE, MIN_INPUT_SIZE};
+pub use setup::process_setup;
 
 /// The model configuration (`config.json`, transformers' `EdgeTamVideoConfig`) and its parts.
 pub mod config {
@@ -64,6 +68,7 @@ pub use model::edgetam::{
 pub use model::hub::{resolve_model, HubError, ModelSource};
 pub use model::precision::Precision;
 pub use model::prompt::{Point, PointLabel, Prompt};
+pub use model::spec::{LoadedModel, ModelSpec};
 pub use model::weights::{CheckpointFormat, Weights};
 /// The `opencv` crate this one was built against (feature `opencv`).
 #[cfg(feature = "opencv")]

@@ -3,6 +3,7 @@
  * message naming the problem in edgetam_last_error(), never crash.
  *
  *   errors MODEL
+ *   errors MODEL --bf16-refused   (under EDGETAM_ISA=avx2: only the bf16 refusal cases)
  *
  * Prints "ok - NAME" or "FAIL - NAME: ..." per case and "errors: N passed, M failed"; exits
  * non-zero if any failed.
@@ -63,6 +64,29 @@ int main(int argc, char **argv) {
     EdgetamResult *result = NULL;
     EdgetamModelOptions options = {0};
 
+    if (argc > 2 && strcmp(argv[2], "--bf16-refused") == 0) {
+        /* Where bf16 cannot run (scripts/test-capi.sh caps the kernels with EDGETAM_ISA):
+         * refused with its own status and a message saying why, never f32 in its place. */
+        options.input_size = 256;
+        options.precision = "bf16";
+        expect("load: bf16 where it cannot run is refused",
+               edgetam_model_load(argv[1], &options, &model),
+               EDGETAM_STATUS_PRECISION_UNAVAILABLE, "precision bf16 is not available here");
+        expect_true("load: out set to NULL on the refusal", model == NULL);
+        printf("# %s: %s\n", edgetam_status_name(EDGETAM_STATUS_PRECISION_UNAVAILABLE),
+               edgetam_last_error());
+        options.precision = "f32";
+        expect("load: f32 still loads", edgetam_model_load(argv[1], &options, &model),
+               EDGETAM_STATUS_OK, "");
+        const char *precision = NULL;
+        expect("model_precision", edgetam_model_precision(model, &precision), EDGETAM_STATUS_OK,
+               "");
+        expect_true("model_precision is f32", precision && strcmp(precision, "f32") == 0);
+        edgetam_model_free(model);
+        printf("errors: %d passed, %d failed\n", passed, failed);
+        return failed ? 1 : 0;
+    }
+
     /* --- model loading --- */
     expect("load: NULL source", edgetam_model_load(NULL, NULL, &model), EDGETAM_STATUS_NULL_POINTER,
            "source is NULL");
@@ -101,6 +125,27 @@ int main(int argc, char **argv) {
     uint32_t size = 0;
     expect("model_input_size", edgetam_model_input_size(model, &size), EDGETAM_STATUS_OK, "");
     expect_true("model_input_size is 256", size == 256);
+    const char *precision = NULL;
+    expect("model_precision: NULL out", edgetam_model_precision(model, NULL),
+           EDGETAM_STATUS_NULL_POINTER, "out is NULL");
+    expect_true("model_precision is f32",
+                edgetam_model_precision(model, &precision) == EDGETAM_STATUS_OK && precision &&
+                    strcmp(precision, "f32") == 0);
+    {
+        /* bf16: loads as bf16 where the CPU runs it, else is refused; never f32 in its place. */
+        EdgetamModelOptions bf16 = options;
+        bf16.precision = "bf16";
+        EdgetamModel *fast = NULL;
+        EdgetamStatus s = edgetam_model_load(argv[1], &bf16, &fast);
+        const char *got = NULL;
+        if (s == EDGETAM_STATUS_OK) {
+            edgetam_model_precision(fast, &got);
+            edgetam_model_free(fast);
+        }
+        expect_true("load: bf16 loads as bf16 or is refused",
+                    (s == EDGETAM_STATUS_OK && got && strcmp(got, "bf16") == 0) ||
+                        (s == EDGETAM_STATUS_PRECISION_UNAVAILABLE && fast == NULL));
+    }
 
     /* --- trackers and frames --- */
     tracker = (EdgetamTracker *)1;

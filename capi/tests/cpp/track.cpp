@@ -37,7 +37,8 @@ int run(int argc, char **argv) {
     edgetam::Model loaded = edgetam::Model::load(argv[1], options);
     edgetam::Model model = std::move(loaded);  // moves keep one owner
     std::cout << "edgetam " << edgetam::version() << ", backend " << model.backend() << ", input "
-              << model.input_size() << "\n";
+              << model.input_size() << ", precision " << model.precision() << "\n";
+    if (model.precision() != "f32") return 1;
     edgetam::Tracker tracker(model);
 
     const std::size_t stride = 4 * static_cast<std::size_t>(c.width) + 24;

@@ -2,13 +2,15 @@
 //! the buffers in flight and their order, live judgement, events and queries.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use edgetam_pipeline::{FrameId, FrameOutput, Outcome, Pipeline};
-use edgetam_tracker::{parse_device, EdgeTam, ObjectPrompt, Prompt};
+use edgetam_tracker::util::{lock, panic_message};
+use edgetam_tracker::{Backend, ModelSpec, ObjectPrompt, Prompt};
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
@@ -118,10 +120,6 @@ struct OutputThread {
     handle: JoinHandle<()>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Why the element cannot start.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -136,8 +134,9 @@ enum StartError {
     },
     #[error("bad `device`: {0}")]
     Device(edgetam_tracker::Error),
-    #[error("bad `precision`: {0}")]
-    Precision(String),
+    /// `precision=bf16` where it cannot run (the message says why): refused, not run as f32.
+    #[error("{0}")]
+    Precision(edgetam_tracker::Error),
     #[error("bad `prompts`: {0}")]
     Prompts(#[from] SpecError),
     #[error(
@@ -146,6 +145,21 @@ enum StartError {
     NoAnalytics,
     #[error("cannot start the tracking pipeline: {0}")]
     Pipeline(edgetam_pipeline::Error),
+}
+
+impl StartError {
+    /// A failure of [`ModelSpec::check`] or [`ModelSpec::load`] for the model `path`: the
+    /// device and the precision are settings of their own, anything else is the model's.
+    fn of_settings(path: &str, e: edgetam_tracker::Error) -> Self {
+        match e {
+            edgetam_tracker::Error::InvalidDevice(_) => Self::Device(e),
+            edgetam_tracker::Error::PrecisionUnavailable { .. } => Self::Precision(e),
+            source => Self::Model {
+                path: path.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 impl EdgeTamTrack {
@@ -191,7 +205,7 @@ impl EdgeTamTrack {
             Err(panic) => {
                 self.fail_after_panic(
                     &self.panicked,
-                    &format!("Panicked in {what}: {}", panic_message(&panic)),
+                    &format!("Panicked in {what}: {}", panic_message(panic.as_ref())),
                 );
                 fallback()
             }
@@ -221,17 +235,28 @@ impl EdgeTamTrack {
     }
 
     fn load(&self, settings: &Settings) -> Result<State, StartError> {
-        let spec = settings.model.clone().ok_or(StartError::NoModel)?;
+        let name = settings.model.clone().ok_or(StartError::NoModel)?;
+        let precision = settings.precision;
+        let input_size = (settings.input_size != 0).then_some(settings.input_size as usize);
+        let spec = ModelSpec::new(&name)
+            .device(settings.device.as_str())
+            .precision(precision.into())
+            .input_size(input_size);
+        // The settings (EDGETAM_ISA, input size, device, precision) are checked before a
+        // download or a load, and before another element's model is shared.
+        spec.check()
+            .map_err(|e| StartError::of_settings(&name, e))?;
         // A hub repository id (owner/name) is fetched into the Hugging Face cache (or found there).
-        let path = edgetam_tracker::ModelSource::parse(&spec)
-            .resolve()
-            .map_err(|source| StartError::Model { path: spec, source })?;
+        let spec = spec.resolve().map_err(|source| StartError::Model {
+            path: name.clone(),
+            source,
+        })?;
+        let path = spec.path().map(Path::to_path_buf).unwrap_or_default();
         if !path.exists() {
             return Err(StartError::MissingModel {
                 path: path.display().to_string(),
             });
         }
-        let device = parse_device(&settings.device).map_err(StartError::Device)?;
         let scheduled = prompts::schedule(
             settings.prompts.as_deref().unwrap_or(""),
             &edgetam_pipeline::read_mask,
@@ -239,53 +264,21 @@ impl EdgeTamTrack {
         if settings.prompt_source == PromptSource::Analytics && !cfg!(feature = "v1_24") {
             return Err(StartError::NoAnalytics);
         }
-        let precision = settings.precision;
-        let input_size = (settings.input_size != 0).then_some(settings.input_size as usize);
-        let mut options = edgetam_tracker::LoadOptions::default();
-        if let Some(n) = input_size {
-            // The rule is checked before a model loads (or another element's is shared).
-            edgetam_tracker::EdgeTamConfig::default()
-                .at_input_size(n)
-                .map_err(|source| StartError::Model {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            options = options.input_size(n);
-        }
         let key = ModelKey::new(&path, &settings.device, precision, input_size);
         let t = Instant::now();
         let (model, shared) = shared_model::get_or_load(key, || {
-            let mut model = EdgeTam::load_with(&path, &device, &options).map_err(|source| {
-                StartError::Model {
-                    path: path.display().to_string(),
-                    source,
-                }
-            })?;
-            if model.set_precision(precision.into()) != precision.into() {
-                return Err(StartError::Precision(format!(
-                    "{} is not available here (the bf16 mode needs a CPU with AVX512-BF16)",
-                    edgetam_tracker::Precision::from(precision)
-                )));
-            }
-            Ok(model)
+            spec.load()
+                .map(|loaded| loaded.model)
+                .map_err(|e| StartError::of_settings(&path.display().to_string(), e))
         })?;
         gst::info!(
             CAT,
             imp = self,
-            "{} {} in {:.2} s on {}{}",
+            "{} {} in {:.2} s on {}",
             if shared { "shares" } else { "loaded" },
             path.display(),
             t.elapsed().as_secs_f64(),
-            settings.device,
-            if device.is_cpu() {
-                // The kernels' path (an invalid EDGETAM_ISA already failed the load).
-                format!(
-                    ", CPU kernels {}",
-                    edgetam_tracker::isa().map_or("?", |isa| isa.name())
-                )
-            } else {
-                String::new()
-            }
+            Backend::of(model.device()),
         );
         let max_in_flight = settings.in_flight();
         let mut builder = Pipeline::builder(model)
@@ -877,21 +870,15 @@ fn output_loop(weak: &glib::WeakRef<super::EdgeTamTrack>, stop: &AtomicBool) {
             Err(panic) => {
                 imp.fail_after_panic(
                     &imp.output_failed,
-                    &format!("the live output thread panicked: {}", panic_message(&panic)),
+                    &format!(
+                        "the live output thread panicked: {}",
+                        panic_message(panic.as_ref())
+                    ),
                 );
                 return;
             }
         }
     }
-}
-
-/// A panic payload's message.
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
 }
 
 #[glib::object_subclass]
@@ -1208,13 +1195,12 @@ impl VideoFilterImpl for EdgeTamTrack {
 /// [`EdgeTamTrack::contained`]).
 impl EdgeTamTrack {
     fn start_tracking(&self) -> Result<(), gst::ErrorMessage> {
-        // Reuse freed activation buffers instead of re-faulting them every frame (glibc).
-        edgetam_tracker::keep_freed_memory();
         let settings = self.settings();
         let mut state = self.load(&settings).map_err(|e| {
             let kind = match e {
                 StartError::NoModel
                 | StartError::Device(_)
+                | StartError::Precision(_)
                 | StartError::Prompts(_)
                 | StartError::NoAnalytics => gst::ResourceError::Settings,
                 StartError::MissingModel { .. } => gst::ResourceError::NotFound,

@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
+use edgetam_tracker::util::lock;
 use edgetam_tracker::EdgeTam;
 
 /// What makes two loaded models interchangeable.
@@ -45,7 +46,7 @@ pub fn get_or_load<E>(
     key: ModelKey,
     load: impl FnOnce() -> Result<EdgeTam, E>,
 ) -> Result<(Arc<EdgeTam>, bool), E> {
-    let mut models = MODELS.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut models = lock(&MODELS);
     models.retain(|_, m| m.strong_count() > 0);
     if let Some(model) = models.get(&key).and_then(Weak::upgrade) {
         return Ok((model, true));

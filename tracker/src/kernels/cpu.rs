@@ -196,6 +196,26 @@ pub(crate) fn bf16() -> bool {
     f.avx512f && f.avx512bw && f.avx512bf16
 }
 
+/// Why the bf16 fast mode cannot run in this process, or `None` when it can ([`bf16`]). The
+/// check reads the features *after* the `EDGETAM_ISA` cap, as every bf16 kernel does: under
+/// `EDGETAM_ISA=avx2` or `portable` the AVX-512 bf16 kernels never run, so the mode is
+/// unavailable even on a CPU that has AVX512-BF16 (which is how the refusal is tested there).
+pub(crate) fn bf16_unavailable() -> Option<String> {
+    if bf16() {
+        return None;
+    }
+    let p = probed();
+    let runs = names(&available_isas());
+    Some(if p.avx512f && p.avx512bw && p.avx512bf16 {
+        format!(
+            "it needs the avx512 kernels, and EDGETAM_ISA={} caps them (this CPU runs {runs})",
+            in_effect()
+        )
+    } else {
+        format!("it needs a CPU with AVX512-BF16 (this CPU runs {runs})")
+    })
+}
+
 /// AMX tiles with bf16 products ([`super::amx`]): the bf16 mode's matrix products, and the
 /// f32-accurate split products that let the image encoder join that mode.
 pub(crate) fn amx_bf16() -> bool {

@@ -275,36 +275,55 @@ impl EdgeTam {
     /// Selects the precision of the heaviest products (see [`crate::Precision`]) and returns
     /// the one in effect: [`crate::Precision::Bf16`] needs the CPU (AVX512-BF16); elsewhere
     /// the model stays exact f32 and says so in a warning.
+    ///
+    /// Kept for callers that want that fallback; front ends use [`Self::try_set_precision`] (or
+    /// load through [`ModelSpec`](crate::ModelSpec)), which refuses instead, so a user asking
+    /// for bf16 never silently gets f32.
     pub fn set_precision(&mut self, precision: crate::Precision) -> crate::Precision {
-        let effective = match precision {
-            crate::Precision::Bf16 if self.device.is_cpu() && crate::kernels::cpu::bf16() => {
-                crate::Precision::Bf16
-            }
-            crate::Precision::Bf16 => {
-                tracing::warn!(
-                    "bf16 mode needs a CPU with AVX512-BF16 (this device or CPU lacks it): \
-                     running exact f32"
-                );
+        let effective = match precision.available_on(&self.device) {
+            Ok(()) => precision,
+            Err(e) => {
+                tracing::warn!("{e}: running exact f32");
                 crate::Precision::F32
             }
-            crate::Precision::F32 => crate::Precision::F32,
         };
-        let on = effective == crate::Precision::Bf16;
+        match self.switch_precision(effective) {
+            Ok(()) => effective,
+            Err(e) => {
+                tracing::warn!("cannot switch to {effective} ({e}): running exact f32");
+                crate::Precision::F32
+            }
+        }
+    }
+
+    /// Selects the precision of the heaviest products (see [`crate::Precision`]), or fails with
+    /// [`Error::PrecisionUnavailable`] where it cannot run here (bf16 off the CPU, without
+    /// AVX512-BF16, or under an `EDGETAM_ISA` cap below avx512) and leaves the model as it was.
+    /// A failure to pack the bf16 weights (out of memory) is an error too, with the model left
+    /// exact f32.
+    pub fn try_set_precision(&mut self, precision: crate::Precision) -> Result<()> {
+        precision.available_on(&self.device)?;
+        self.switch_precision(precision)
+    }
+
+    /// Switches every stage to `precision`, which the caller checked can run here. On a failure
+    /// (packing the bf16 weights) every stage is back on exact f32.
+    fn switch_precision(&mut self, precision: crate::Precision) -> Result<()> {
+        let on = precision == crate::Precision::Bf16;
         // The image encoder takes split (f32-accurate) products where AMX runs them, else
         // stays exact (see `ImageEncoder::set_bf16`).
         self.image_encoder.set_bf16(on);
         self.video.memory_encoder.set_bf16(on);
         if let Err(e) = self.video.memory_attention.set_bf16_products(on) {
             // Packing failed (out of memory?): stay exact rather than half switched.
-            tracing::warn!("cannot switch to bf16 ({e}): running exact f32");
             let _ = self.video.memory_attention.set_bf16_products(false);
             self.image_encoder.set_bf16(false);
             self.video.memory_encoder.set_bf16(false);
             self.precision = crate::Precision::F32;
-            return crate::Precision::F32;
+            return Err(e.into());
         }
-        self.precision = effective;
-        effective
+        self.precision = precision;
+        Ok(())
     }
 
     /// Diagnosis of the bf16 mode: bf16 products stage by stage (`set_precision(Bf16)` turns all

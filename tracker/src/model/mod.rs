@@ -3,7 +3,8 @@
 //! [`prompt_encoder`], [`decoder`] (two-way transformer, cross-attentions, upscaling),
 //! [`memory_attention`] (RoPE, the memory cross-attention), [`memory_encoder`] and [`perceiver`].
 //! [`edgetam`] holds them together; [`weights`], [`pt`] and [`original_keys`] load checkpoints, [`hub`]
-//! finds them by Hugging Face hub repository id.
+//! finds them by Hugging Face hub repository id, [`spec`] is the one way the front ends load
+//! a model (`ModelSpec`).
 //!
 //! Stage files compose the crate's kernels ([`crate::kernels`]); they hold no custom op, no
 //! intrinsics and no CPU feature probe.
@@ -24,4 +25,5 @@ pub(crate) mod precision;
 pub(crate) mod prompt;
 pub(crate) mod prompt_encoder;
 pub(crate) mod pt;
+pub(crate) mod spec;
 pub(crate) mod weights;

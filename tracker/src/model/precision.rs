@@ -3,6 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+use candle_core::Device;
+
+use crate::error::{Error, Result};
+
 /// How the model computes its heaviest products.
 ///
 /// * [`Precision::F32`] (default): exact float32 everywhere; what the parity tests check.
@@ -14,13 +18,41 @@ use std::str::FromStr;
 ///   backbone's stride-4/8 stages (in bf16 they moved prompted-frame masks below the bar,
 ///   IoU 0.9856), the decoder, norms, softmax and everything elementwise.
 ///   The mode's own tolerance: the binary masks keep an IoU >= 0.99 with the f32 path on every
-///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9907). On
-///   other CPUs and devices it runs the f32 path.
+///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9907).
+///   Elsewhere it cannot run: [`Self::available_on`] says why, and loading with it
+///   ([`ModelSpec`](crate::ModelSpec)) fails with
+///   [`Error::PrecisionUnavailable`](crate::Error::PrecisionUnavailable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
     #[default]
     F32,
     Bf16,
+}
+
+impl Precision {
+    /// Whether this precision can run on `device` in this process: `Ok` for
+    /// [`Precision::F32`] everywhere; [`Precision::Bf16`] needs the CPU, AVX512-BF16 and the
+    /// avx512 kernels (an `EDGETAM_ISA` cap below avx512 rules it out). Otherwise
+    /// [`Error::PrecisionUnavailable`](crate::Error::PrecisionUnavailable), whose message says
+    /// why and what this machine runs instead: front ends refuse a precision that would not run
+    /// rather than silently running another one.
+    pub fn available_on(self, device: &Device) -> Result<()> {
+        let reason = match self {
+            Self::F32 => None,
+            Self::Bf16 if !device.is_cpu() => Some(format!(
+                "the bf16 mode runs on the CPU only (the model is on {})",
+                crate::Backend::of(device)
+            )),
+            Self::Bf16 => crate::kernels::cpu::bf16_unavailable(),
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::PrecisionUnavailable {
+                precision: self,
+                reason,
+            }),
+        }
+    }
 }
 
 impl FromStr for Precision {
