@@ -23,6 +23,7 @@ pub(crate) mod norm;
 pub(crate) mod resize;
 pub(crate) mod rope;
 pub(crate) mod simd;
+pub(crate) mod team;
 pub(crate) mod threads;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape};

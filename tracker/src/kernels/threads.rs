@@ -21,11 +21,14 @@ pub(crate) fn threads() -> usize {
 /// every op, several hundred per tracked frame. Entering the pool once per public call keeps the
 /// ops' scopes on workers that are already awake. Only the threads change, not the tasks or what
 /// each computes, so results are the same bits.
+///
+/// The call then leads a team of the pool's other workers ([`super::team`]): they wait
+/// for its ops spinning, instead of being woken through rayon for each one.
 pub(crate) fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
-        return f();
+        return super::team::lead(f);
     }
-    rayon::scope(|_| f())
+    rayon::scope(|_| super::team::lead(f))
 }
 
 /// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
@@ -143,6 +146,10 @@ pub(crate) fn run_tasks_with<T: Send, S>(
     };
     if workers == 1 {
         run();
+        return;
+    }
+    // Inside a public call the team's members join (see `on_compute_pool`).
+    if super::team::run_with_team(workers - 1, &run) {
         return;
     }
     // rayon's pool (the one candle's ops use, sized by `RAYON_NUM_THREADS`) keeps its threads:
