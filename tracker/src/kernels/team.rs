@@ -3,8 +3,8 @@
 //! Every op hands its tasks to the other workers and waits for them. Through `rayon::scope`
 //! each hand-out is a spawn that the idle workers must notice: rayon parks a worker after a few
 //! rounds of `yield_now`, and on a shared machine a yield gives the core to another process
-//! until its time slice ends. The second worker then joined an op late or not at all, several
-//! hundred times a frame (at the 512 input about 4 % of the frame on 2 cores under load).
+//! until its time slice ends. The other workers then joined an op late or not at all, and a
+//! frame runs several hundred ops.
 //!
 //! A [`Team`] holds the other workers of the pool for one public call (a frame): each spins on
 //! the team's job counter, joins an op the moment it is published and takes tasks from the same

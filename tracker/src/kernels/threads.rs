@@ -96,8 +96,8 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Tasks per worker an op is cut into where its work allows: tasks are handed out one by one,
-/// so when the last one starts the other workers wait for about half a task; with 4 per worker
-/// that tail left a tenth of the workers' time idle on the 512 input's small maps.
+/// so when the last one starts the other workers wait for about half a task, and the small maps
+/// of the 512 input made only one or two tasks per worker.
 pub(crate) const TASKS_PER_WORKER: usize = 8;
 
 /// Least work per task (multiply-adds) worth a hand-out of its own: below it the second
