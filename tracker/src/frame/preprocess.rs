@@ -203,23 +203,24 @@ pub fn resize_rgb_u8(
     Ok(out)
 }
 
-/// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over the caller's
-/// rayon pool (kept threads: no thread start per frame, and the encoder-ahead stage's own pool
-/// when it runs there).
+/// Runs `f(row_index, row)` over the `row_len`-long rows of `buf`, split over the compute
+/// workers (the caller's rayon pool, or its team inside a public call: kept threads, no thread
+/// start per frame, and the encoder-ahead stage's own pool when it runs there).
 fn par_rows<T: Send>(buf: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let rows = buf.len() / row_len.max(1);
     let threads = crate::kernels::threads();
     let per = rows.div_ceil(threads).max(1);
-    let f = &f;
-    rayon::scope(|scope| {
-        for (t, chunk) in buf.chunks_mut(per * row_len.max(1)).enumerate() {
-            scope.spawn(move |_| {
-                for (k, row) in chunk.chunks_mut(row_len.max(1)).enumerate() {
-                    f(t * per + k, row);
-                }
-            });
-        }
-    });
+    let tasks: Vec<(usize, &mut [T])> = buf.chunks_mut(per * row_len.max(1)).enumerate().collect();
+    crate::kernels::run_tasks_with(
+        tasks,
+        threads,
+        || (),
+        |_, (t, chunk)| {
+            for (k, row) in chunk.chunks_mut(row_len.max(1)).enumerate() {
+                f(t * per + k, row);
+            }
+        },
+    );
 }
 
 /// The model input for one frame in any [`crate::PixelFormat`]: `[1, 3, S, S]` f32 on `device`.

@@ -15,8 +15,11 @@ use crate::kernels::{
     f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with, spread_row_stride,
 };
 
-/// Rows per task: a task sweeps the whole packed weight once.
+/// Rows per task at most: a task sweeps the whole packed weight once.
 const ROWS_PER_TASK: usize = 128;
+/// Fewer rows per task come in multiples of this: whole register tiles (12 rows on AVX-512,
+/// 6 elsewhere).
+const ROW_QUANTUM: usize = 12;
 
 /// A linear layer's weight (`w^T`, packed) and bias.
 #[derive(Debug)]
@@ -66,8 +69,11 @@ impl CustomOp1 for PackedLinear {
         let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "linear")?;
         let mut out = Vec::new();
         if rows > 0 && outputs > 0 {
-            out = output_in_chunks(rows * outputs, ROWS_PER_TASK * outputs, |t, o| {
-                let r0 = t * ROWS_PER_TASK;
+            // The 512 input's 1024-token projections made 8 tasks of 128 rows: cut finer.
+            let per =
+                crate::kernels::units_per_task(rows, ROWS_PER_TASK, ROW_QUANTUM, inputs * outputs);
+            out = output_in_chunks(rows * outputs, per * outputs, |t, o| {
+                let r0 = t * per;
                 let n = o.len() / outputs;
                 for row in o.chunks_mut(outputs) {
                     row.copy_from_slice(&self.bias);

@@ -23,14 +23,15 @@ pub(crate) mod norm;
 pub(crate) mod resize;
 pub(crate) mod rope;
 pub(crate) mod simd;
+pub(crate) mod team;
 pub(crate) mod threads;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape};
 
 pub(crate) use layout::{add, interleave_2x2, nchw_to_tokens, swap_axes_1_2};
 pub(crate) use threads::{
-    output_in_chunks, output_in_chunks_with, row_tiles, run_tasks_with, threads, uninit_row, wide,
-    zeroed,
+    output_in_chunks, output_in_chunks_with, row_tiles, run_tasks_with, threads, uninit_row,
+    units_per_task, wide, zeroed,
 };
 pub use threads::{pin_default_threads, CANDLE_SPIN_LIMIT};
 

@@ -275,7 +275,10 @@ impl CpuOp3 for NormOp {
         const GRAIN: usize = 1 << 15;
         if inner == 1 {
             let rows = x.len() / channels;
-            let per = rows.div_ceil(threads).max(GRAIN.div_ceil(channels)) * channels;
+            // Several row blocks per worker (handed out one by one): with one per worker, a
+            // worker that started late held the other idle for most of the op.
+            let blocks = threads * crate::kernels::threads::TASKS_PER_WORKER;
+            let per = rows.div_ceil(blocks).max(GRAIN.div_ceil(channels)) * channels;
             let out = output_in_chunks(x.len(), per, |t, o| {
                 let i = &x[t * per..][..o.len()];
                 for (o, i) in o.chunks_mut(channels).zip(i.chunks(channels)) {

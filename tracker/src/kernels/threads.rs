@@ -21,11 +21,14 @@ pub(crate) fn threads() -> usize {
 /// every op, several hundred per tracked frame. Entering the pool once per public call keeps the
 /// ops' scopes on workers that are already awake. Only the threads change, not the tasks or what
 /// each computes, so results are the same bits.
+///
+/// The call then leads a team of the pool's other workers ([`super::team`]): they wait
+/// for its ops spinning, instead of being woken through rayon for each one.
 pub(crate) fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
-        return f();
+        return super::team::lead(f);
     }
-    rayon::scope(|_| f())
+    rayon::scope(|_| super::team::lead(f))
 }
 
 /// How many `pause`s candle's elementwise pool threads spin after an op before parking, unless
@@ -92,6 +95,32 @@ pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Tasks per worker an op is cut into where its work allows: tasks are handed out one by one,
+/// so when the last one starts the other workers wait for about half a task, and the small maps
+/// of the 512 input made only one or two tasks per worker.
+pub(crate) const TASKS_PER_WORKER: usize = 8;
+
+/// Least work per task (multiply-adds) worth a hand-out of its own: below it the second
+/// worker's wake-up costs about what the split saves.
+const MIN_TASK_MACS: usize = 1 << 21;
+
+/// Units (rows, pixels) per task for an op over `units` units of `macs_per_unit` multiply-adds
+/// each: `max`, or fewer where that leaves fewer than [`TASKS_PER_WORKER`] tasks per worker,
+/// a multiple of `quantum` (the register tile's rows, or a packed panel's columns) and at least
+/// [`MIN_TASK_MACS`] of work. Only how the work is cut changes, never what each output sums.
+pub(crate) fn units_per_task(
+    units: usize,
+    max: usize,
+    quantum: usize,
+    macs_per_unit: usize,
+) -> usize {
+    let quantum = quantum.max(1);
+    let wanted = units.div_ceil(TASKS_PER_WORKER * threads());
+    let least = MIN_TASK_MACS.div_ceil(macs_per_unit.max(1));
+    let per = wanted.max(least).next_multiple_of(quantum);
+    per.clamp(1, max.max(1))
+}
+
 /// Runs `work` on every task on up to `workers` threads (the caller's included), handing the
 /// tasks out one by one (the machine is shared, so a static split would leave cores idle), with
 /// per-worker scratch made by `scratch` (buffers reused across tasks).
@@ -117,6 +146,10 @@ pub(crate) fn run_tasks_with<T: Send, S>(
     };
     if workers == 1 {
         run();
+        return;
+    }
+    // Inside a public call the team's members join (see `on_compute_pool`).
+    if super::team::run_with_team(workers - 1, &run) {
         return;
     }
     // rayon's pool (the one candle's ops use, sized by `RAYON_NUM_THREADS`) keeps its threads:

@@ -125,19 +125,32 @@ impl CpuOp3 for FusedAttention {
         };
         // The keys (transposed) and values of every batch x head, packed once for all query
         // tiles (the `gemm` crate re-packed them per tile).
-        // Keys and values packed side by side on rayon's pool (no thread start per call).
-        let (keys, values) = rayon::join(
-            || {
-                (0..n * h)
-                    .map(|bh| PackedB::from_transposed(&k[bh * lk * d..][..lk * d], lk, d, d))
-                    .collect::<Vec<_>>()
-            },
-            || {
-                (0..n * h)
-                    .map(|bh| PackedB::from_rows(&v[bh * lk * d..][..lk * d], lk, d, d))
-                    .collect::<Vec<_>>()
+        // Keys and values packed side by side on the compute workers.
+        let packed: [std::sync::Mutex<Vec<PackedB>>; 2] = Default::default();
+        run_tasks_with(
+            vec![0usize, 1],
+            threads(),
+            || (),
+            |_, which| {
+                let out = (0..n * h)
+                    .map(|bh| {
+                        let at = &[k, v][which][bh * lk * d..][..lk * d];
+                        if which == 0 {
+                            PackedB::from_transposed(at, lk, d, d)
+                        } else {
+                            PackedB::from_rows(at, lk, d, d)
+                        }
+                    })
+                    .collect();
+                if let Ok(mut slot) = packed[which].lock() {
+                    *slot = out;
+                }
             },
         );
+        let [keys, values] = packed.map(|m| {
+            m.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
         let scratch = || (vec![0f32; TILE_Q * TILE_K], vec![0f32; 2 * TILE_Q]);
         let tiles = n * h * lq.div_ceil(TILE_Q);
         let workers = threads();

@@ -24,8 +24,9 @@ use crate::kernels::gelu::gelu_slice;
 use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
-/// Pixels per task: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
-/// weights (64 against 128: BENCHMARKS.md, "Kernel notes").
+/// Pixels per block: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
+/// weights (64 against 128: BENCHMARKS.md, "Kernel notes"). Small maps take one panel (32)
+/// per block, so that every worker gets several.
 const COLS: usize = 64;
 
 /// The op: `conv1` `[hid, c]` + bias, GELU, `conv2` `[c, hid]` + bias, times an optional
@@ -190,12 +191,13 @@ impl CustomOp2 for ChannelMixer<'_> {
         if len == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
-        let chunks = hw.div_ceil(COLS);
-        // Consecutive pixel blocks per task (about 4 tasks per worker): a worker then walks
-        // down rows, and the token mixer's input rows it read for one block are still in its
-        // L2 for the next.
+        let cols = crate::kernels::units_per_task(n * hw, COLS, NR, 2 * c * hid);
+        let chunks = hw.div_ceil(cols);
+        // Consecutive pixel blocks per task (a few tasks per worker): a worker then walks down
+        // rows, and the token mixer's input rows it read for one block are still in its L2 for
+        // the next.
         let total = n * chunks;
-        let group = (total / (4 * threads()).max(1)).max(1);
+        let group = (total / (crate::kernels::threads::TASKS_PER_WORKER * threads()).max(1)).max(1);
         let tasks: Vec<std::ops::Range<usize>> = (0..total)
             .step_by(group)
             .map(|t| t..(t + group).min(total))
@@ -228,8 +230,8 @@ impl CustomOp2 for ChannelMixer<'_> {
             },
             |s, group: std::ops::Range<usize>| {
                 for task in group {
-                    let (b, j0) = (task / chunks, (task % chunks) * COLS);
-                    let w = COLS.min(hw - j0);
+                    let (b, j0) = (task / chunks, (task % chunks) * cols);
+                    let w = cols.min(hw - j0);
                     let img = &x[b * c * hw..(b + 1) * c * hw];
                     // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
                     let (res, ld, r0) = match self.token_mixer {

@@ -5,7 +5,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
-use crate::kernels::gemm::{packed_unchecked, PackedB};
+use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
 use crate::kernels::norm::HostNorm;
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
@@ -58,7 +58,8 @@ pub(crate) enum DenseEpilogue<'a> {
     NormGelu(&'a HostNorm),
 }
 
-/// Output pixels per im2col chunk.
+/// Output pixels per im2col chunk at most (small maps take fewer, so that every worker gets
+/// several).
 const DENSE_CHUNK: usize = 256;
 /// Row stride of a chunk's local output block: not a power of two (see the copy-out).
 const LDC: usize = DENSE_CHUNK + 16;
@@ -93,7 +94,8 @@ impl CustomOp1 for DenseOp<'_> {
         if len == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
-        let chunks = hw.div_ceil(DENSE_CHUNK);
+        let per = crate::kernels::units_per_task(n * hw, DENSE_CHUNK, NR, kk * out_ch);
+        let chunks = hw.div_ceil(per);
         let jobs = n * chunks;
         let threads = threads().clamp(1, jobs);
         // Jobs write disjoint column ranges of `out`; the address travels as an integer.
@@ -119,8 +121,8 @@ impl CustomOp1 for DenseOp<'_> {
             scratch,
             |(cols, packed, pairs, block), job| {
                 let (b, ci) = (job / chunks, job % chunks);
-                let p0 = ci * DENSE_CHUNK;
-                let np = DENSE_CHUNK.min(hw - p0);
+                let p0 = ci * per;
+                let np = per.min(hw - p0);
                 let img = &x[b * c * h * w..(b + 1) * c * h * w];
                 // im2col: row `(ch, ky, kx)`, column = output pixel.
                 for ch in 0..c {

@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
-use crate::kernels::gemm::{packed_unchecked, PackedB};
+use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// What the fused pass applies after the product.
@@ -83,7 +83,8 @@ struct FusedPointwise<'a> {
 /// layers on pooled `1x1` maps: nothing to gain).
 const BF16_MIN_PIXELS: usize = 64;
 
-/// Pixels per task of the exact 1x1 conv: the packed input block (`c x 256`) stays in L2.
+/// Pixels per task of the exact 1x1 conv at most: the packed input block (`c x 256`) stays in
+/// L2. Small maps take fewer (whole panels), so that every worker gets several tasks.
 const POINTWISE_COLS: usize = 256;
 /// Row stride of the exact 1x1 conv's local output block: not a power of two.
 const POINTWISE_LD: usize = POINTWISE_COLS + 16;
@@ -132,7 +133,8 @@ impl FusedPointwise<'_> {
         if total == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
-        let chunks = hw.div_ceil(POINTWISE_COLS);
+        let per = crate::kernels::units_per_task(n * hw, POINTWISE_COLS, NR, c * out_ch);
+        let chunks = hw.div_ceil(per);
         let tasks: Vec<usize> = (0..n * chunks).collect();
         // Tasks write disjoint pixel columns of `out`; its address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
@@ -146,8 +148,8 @@ impl FusedPointwise<'_> {
                 )
             },
             |(packed, block), task| {
-                let (b, j0) = (task / chunks, (task % chunks) * POINTWISE_COLS);
-                let cols = POINTWISE_COLS.min(hw - j0);
+                let (b, j0) = (task / chunks, (task % chunks) * per);
+                let cols = per.min(hw - j0);
                 packed.fill_columns_from_rows(&x[b * c * hw + j0..], hw, cols);
                 let base = b * out_ch * hw + j0;
                 for (o, row) in block.chunks_mut(POINTWISE_LD).enumerate() {

@@ -86,7 +86,8 @@ struct UpscaleOp<'a> {
     norm: Option<&'a HostNorm>,
 }
 
-/// Input pixels per task (rounded to whole input rows).
+/// Input pixels per task at most (rounded to whole input rows; small maps take fewer rows, so
+/// that every worker gets several tasks).
 const PIXELS_PER_TASK: usize = 256;
 /// Floats between a task's channel planes beyond the plane itself (see the norm).
 const BLOCK_PAD: usize = 16;
@@ -141,7 +142,12 @@ impl CustomOp2 for UpscaleOp<'_> {
         if len == 0 {
             return Ok((CpuStorage::F32(out), shape));
         }
-        let rows_per = (PIXELS_PER_TASK / w).clamp(1, h);
+        let rows_per = crate::kernels::units_per_task(
+            n * h,
+            (PIXELS_PER_TASK / w).clamp(1, h),
+            1,
+            w * c_in * m,
+        );
         let tiles = h.div_ceil(rows_per);
         let tasks: Vec<usize> = (0..n * tiles).collect();
         let max_pixels = rows_per * w;
