@@ -334,7 +334,9 @@ impl EdgeTam {
         let on = |name: &str| stages.contains(&name) && crate::kernels::cpu::bf16();
         self.image_encoder.set_bf16(on("image_encoder"));
         self.video.memory_encoder.set_bf16(on("memory_encoder"));
-        self.video.memory_attention.set_bf16_parts(on("self_attn"), on("cross_attn"), on("mlp"))?;
+        self.video
+            .memory_attention
+            .set_bf16_parts(on("self_attn"), on("cross_attn"), on("mlp"))?;
         Ok(())
     }
 

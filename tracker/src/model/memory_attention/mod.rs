@@ -479,13 +479,7 @@ impl MemoryAttention {
 
     /// Runs the attention products in bf16 (`true`) or exact f32 (`false`, the default).
     pub(crate) fn set_bf16_products(&mut self, on: bool) -> candle_core::Result<()> {
-        for layer in &mut self.layers {
-            layer.self_attn.proj.set_bf16(on)?;
-            layer.cross_attn_image.proj.set_bf16(on)?;
-            layer.mlp.up_proj.set_bf16(on)?;
-            layer.mlp.down_proj.set_bf16(on)?;
-        }
-        Ok(())
+        self.set_bf16_parts(on, on, on)
     }
 
     /// As [`Self::set_bf16_products`], part by part (diagnosis of the bf16 mode).
