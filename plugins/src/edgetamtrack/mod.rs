@@ -3,25 +3,10 @@
 //!
 //! # Properties
 //!
-//! | property | type | default | what |
-//! |---|---|---|---|
-//! | `model` | string | none (required) | a folder with `config.json` + `model.safetensors`, or an `edgetam.pt` |
-//! | `device` | string | `cpu` | `cpu` or `cuda:N` (CUDA needs a CUDA build) |
-//! | `precision` | enum `f32` / `bf16` | `f32` | the bf16 fast mode needs a CPU with AVX512-BF16 |
-//! | `prompts` | string | none | initial objects in the CLI's syntax, several joined by `\|`: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;point=x,y,1;point=x,y,0`, `obj=3;frame=10;mask=PATH`; `frame=` counts buffers since the element started |
-//! | `prompt-source` | enum `property` / `roi-meta` / `analytics` | `property` | objects also from upstream detections (see [`detector`]) |
-//! | `prompt-roi-types` | string | empty (all) | comma-separated detection classes that prompt objects |
-//! | `min-confidence` | double 0..1 | 0 | detections with a lower confidence (where their meta has one) are ignored |
-//! | `match-iou` | double 0..1 | 0.3 | a detection overlapping an object's box this much belongs to it |
-//! | `reseed-after` | uint | 5 | tracked buffers an object must be absent before a detection re-prompts it (0 = never) |
-//! | `encoder-ahead` | bool | false | the image encoder of the next buffer on its own thread |
-//! | `max-in-flight` | uint 0..8 | 0 | buffers in the tracking pipeline at once (0: 2 with encoder-ahead, 1 without) |
-//! | `overlay` | flags `none`/`mask`/`contour`/`box` (combine with `+`) | `none` | what to draw into the frames |
-//! | `overlay-alpha` | double 0..1 | 0.5 | weight of the object color in the mask tint |
-//! | `max-objects` | uint 1..1024 | 16 | prompts and detections for further new objects are refused |
-//! | `live-mode` | bool | false | for live sources (see below) |
-//! | `post-messages` | bool | false | post an `edgetam-tracking` element message per tracked buffer |
-//! | `fps`, `latency`, `tracked`, `skipped` | read-only | | tracked buffers per second of processing (last 30), the latency the element reports (ns), buffers tracked and passed untracked |
+//! Every property, with its type, range, default and a one-line blurb, is declared once in
+//! `edgetamtrack/settings.rs` (the `ParamSpec`s): `gst-inspect-1.0 edgetamtrack` prints them.
+//! `prompts` takes the CLI's prompt syntax (`edgetam_pipeline::PromptSpec`), several specs
+//! joined by `|`; `prompt-source` adds objects from upstream detections (see [`detector`]).
 //!
 //! # Processing model
 //!
