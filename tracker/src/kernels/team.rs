@@ -17,8 +17,12 @@ use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+// Poison-tolerant: the protected state stays consistent across a panic (plain counters and a
+// pointer).
+use crate::util::lock;
 
 /// How long an idle helper (or a leader waiting for helpers) spins before yielding between
 /// checks: longer than the serial work between most ops.
@@ -56,11 +60,6 @@ pub(crate) struct Team {
 thread_local! {
     /// The team this thread leads, while it is not inside one of the team's ops.
     static LEADING: Cell<Option<*const Team>> = const { Cell::new(None) };
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The protected state stays consistent across a panic (plain counters and a pointer).
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Spins (then yields) until `ready()`.
