@@ -331,7 +331,8 @@ impl EdgeTam {
     /// `self_attn`, `cross_attn`, `mlp` (the memory attention's). Unknown names are ignored.
     #[doc(hidden)]
     pub fn set_bf16_stages(&mut self, stages: &[&str]) -> Result<()> {
-        let on = |name: &str| stages.contains(&name) && crate::kernels::cpu::bf16();
+        let runs = crate::Precision::Bf16.available_on(&self.device).is_ok();
+        let on = |name: &str| runs && stages.contains(&name);
         self.image_encoder.set_bf16(on("image_encoder"));
         self.video.memory_encoder.set_bf16(on("memory_encoder"));
         self.video
