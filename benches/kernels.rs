@@ -4,6 +4,8 @@
 //! ```sh
 //! cargo bench --bench kernels                  # all
 //! cargo bench --bench kernels -- depthwise     # one group
+//! cargo bench --bench kernels -- gemm_packed   # our packed f32 product vs the gemm crate
+//! cargo bench --bench kernels -- gelu          # our GELU (one thread, threaded op) vs candle's
 //! RAYON_NUM_THREADS=2 cargo bench --bench kernels
 //! ```
 //!
@@ -11,6 +13,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use edgetam::tracker::bench_support as bs;
 use edgetam::tracker::internals::scaled_dot_product_bf16;
 use edgetam::tracker::internals::split_key_attention;
 use edgetam::tracker::internals::Depthwise;
@@ -25,6 +28,13 @@ fn randn(shape: &[usize]) -> Tensor {
 }
 
 fn ok<T>(r: candle_core::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn tracker_ok<T>(r: edgetam::tracker::Result<T>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("{e}"),
@@ -138,5 +148,59 @@ fn image_encoder(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, depthwise, attention, image_encoder);
+/// The register-tile f32 product (right-hand side packed once) vs the `gemm` crate (what
+/// candle's matmul runs; it packs both operands per call), one thread, at the `m x n x k`
+/// products inside the attention tiles and RepViT's 1x1 convs.
+fn gemm_packed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemm_packed");
+    g.sample_size(10);
+    for (m, n, k) in [
+        (64usize, 256usize, 256usize),
+        (96, 128, 48),
+        (48, 128, 96),
+        (384, 128, 192),
+        (192, 128, 384),
+        (768, 128, 384),
+    ] {
+        let id = format!("{m}x{n}x{k}");
+        for (name, gemm_crate) in [("ours", false), ("gemm_crate", true)] {
+            let call = tracker_ok(bs::gemm(m, n, k, gemm_crate));
+            g.bench_function(BenchmarkId::new(name, &id), |b| {
+                b.iter(|| tracker_ok(call()))
+            });
+        }
+    }
+    g.finish();
+}
+
+/// GELU (erf form): our vector kernel on one thread, our multi-threaded op, and candle's
+/// `gelu_erf` (scalar `erff`, one thread), on 2^16 values and on RepViT's first hidden map at
+/// 1024 (96 x 256 x 256).
+fn gelu(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gelu");
+    g.sample_size(10);
+    for len in [1usize << 16, 96 * 256 * 256] {
+        for (name, one_thread) in [("ours_one_thread", true), ("ours_op", false)] {
+            let call = tracker_ok(bs::gelu(len, one_thread));
+            g.bench_function(BenchmarkId::new(name, len), |b| {
+                b.iter(|| tracker_ok(call()))
+            });
+        }
+        let x = randn(&[len]);
+        g.bench_function(BenchmarkId::new("candle_gelu_erf", len), |b| {
+            b.iter(|| ok(x.gelu_erf()))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    matmul,
+    depthwise,
+    attention,
+    image_encoder,
+    gemm_packed,
+    gelu
+);
 criterion_main!(benches);

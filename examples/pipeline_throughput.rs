@@ -12,7 +12,9 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use candle_core::Device;
 use edgetam::pipeline::{Frame, Pipeline, Stats};
-use edgetam::tracker::{EdgeTam, EdgeTamConfig, Prompt};
+use edgetam::tracker::{EdgeTam, Prompt};
+
+mod common;
 
 fn frame(t: usize, w: usize, h: usize) -> Vec<u8> {
     let mut rgb = vec![0u8; w * h * 3];
@@ -62,21 +64,16 @@ fn ms(d: std::time::Duration) -> f64 {
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: pipeline_throughput (MODEL_DIR | --random) [FRAMES] [SIZE]");
     };
     let frames: usize = args.get(1).map_or(Ok(5), |s| s.parse())?;
     let size: usize = args.get(2).map_or(Ok(640), |s| s.parse())?;
-    let model = Arc::new(if model_arg == "--random" {
-        eprintln!("random weights: masks are meaningless, timings are real");
-        EdgeTam::random(EdgeTamConfig::default(), 0, &Device::Cpu)?
-    } else {
-        EdgeTam::load(model_arg, &Device::Cpu)?
-    });
+    let model = Arc::new(common::load_model(model_arg, &Device::Cpu)?);
     for ahead in [false, true] {
         let (per_frame, s) = run(&model, frames, size, ahead)?;
         println!(

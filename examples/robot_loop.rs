@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use candle_core::Device;
 use edgetam::pipeline::{DropPolicy, Error, Frame, Outcome, Pipeline, PixelFormat};
-use edgetam::tracker::{EdgeTam, EdgeTamConfig, Prompt};
+use edgetam::tracker::Prompt;
+
+mod common;
 
 const W: usize = 640;
 const H: usize = 480;
@@ -30,9 +32,9 @@ fn camera_frame(t: usize) -> Vec<u8> {
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: robot_loop (MODEL_DIR | --random) [SECONDS] [--encoder-ahead]");
@@ -42,12 +44,7 @@ fn main() -> Result<()> {
         None => 5,
     };
     let encoder_ahead = args.iter().any(|a| a == "--encoder-ahead");
-    let model = if model_arg == "--random" {
-        eprintln!("random weights: masks are meaningless, timings are real");
-        EdgeTam::random(EdgeTamConfig::default(), 0, &Device::Cpu)?
-    } else {
-        EdgeTam::load(model_arg, &Device::Cpu)?
-    };
+    let model = common::load_model(model_arg, &Device::Cpu)?;
     let pipeline = Arc::new(
         Pipeline::builder(Arc::new(model))
             .queue_capacity(1)

@@ -10,9 +10,9 @@ use candle_core::Device;
 use edgetam::tracker::{mask_area_and_box, EdgeTam, EdgeTamConfig, MultimaskMode, Prompt};
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() != 6 {
         bail!("usage: segment_image (MODEL_DIR | --random) IMAGE X0 Y0 X1 Y1");

@@ -15,8 +15,9 @@ use std::sync::{mpsc, Arc};
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use edgetam::pipeline::{Frame, Outcome, Pipeline};
-use edgetam::tracker::{EdgeTam, EdgeTamConfig, Prompt};
 use edgetam::{draw, natural_cmp};
+
+mod common;
 
 fn list_images(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -38,32 +39,24 @@ fn list_images(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [model_arg, frames_dir, out_dir, bbox] = args.as_slice() else {
         bail!("usage: track_frames (MODEL_DIR | --random) FRAMES_DIR OUT_DIR x0,y0,x1,y1");
     };
-    let b: Vec<f32> = bbox.split(',').map(str::parse).collect::<Result<_, _>>()?;
-    let [x0, y0, x1, y1] = b[..] else {
-        bail!("the box is x0,y0,x1,y1, got {bbox}");
-    };
+    let prompt = common::box_prompt(bbox)?;
     let files = list_images(Path::new(frames_dir))?;
     let out = PathBuf::from(out_dir);
     for sub in ["masks", "overlay"] {
         std::fs::create_dir_all(out.join(sub))?;
     }
-    let model = if model_arg == "--random" {
-        eprintln!("random weights: masks are meaningless, timings are real");
-        EdgeTam::random(EdgeTamConfig::default(), 0, &Device::Cpu)?
-    } else {
-        EdgeTam::load(model_arg, &Device::Cpu)?
-    };
+    let model = common::load_model(model_arg, &Device::Cpu)?;
     let pipeline = Pipeline::builder(Arc::new(model))
         .queue_capacity(2)
         .build()?;
-    pipeline.add_prompt(1, Prompt::from_box(x0, y0, x1, y1))?;
+    pipeline.add_prompt(1, prompt)?;
 
     std::thread::scope(|s| -> Result<()> {
         // The reader hands each decoded image to the writer for its overlay.

@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use candle_core::Device;
-use edgetam::tracker::{EdgeTam, EdgeTamConfig, Prompt, Tracker};
+use edgetam::tracker::{Prompt, Tracker};
+
+mod common;
 
 const W: usize = 640;
 const H: usize = 480;
@@ -45,9 +47,9 @@ fn rss_mb() -> u64 {
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(model_arg) = args.first() else {
         bail!("usage: track_stream (MODEL_DIR | --random) [FRAMES] [OBJECTS]");
@@ -55,12 +57,7 @@ fn main() -> Result<()> {
     let frames: usize = args.get(1).map_or(Ok(10), |s| s.parse())?;
     let objects: usize = args.get(2).map_or(Ok(1), |s| s.parse())?;
     let device = Device::Cpu;
-    let model = if model_arg == "--random" {
-        eprintln!("random weights: masks are meaningless, timings are real");
-        EdgeTam::random(EdgeTamConfig::default(), 0, &device)?
-    } else {
-        EdgeTam::load(model_arg, &device)?
-    };
+    let model = common::load_model(model_arg, &device)?;
     let mut tracker = Tracker::new(Arc::new(model));
     for k in 0..objects {
         let (cx, cy) = ((120 + 150 * k) as f32, (160 + 60 * k) as f32);

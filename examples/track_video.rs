@@ -18,7 +18,6 @@ use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use edgetam::draw;
 use edgetam::pipeline::{Frame, Outcome, Pipeline};
-use edgetam::tracker::{EdgeTam, EdgeTamConfig, Prompt};
 use image::RgbImage;
 use opencv::core::{Mat, Size, Vec3b};
 use opencv::prelude::*;
@@ -26,6 +25,8 @@ use opencv::videoio::{self, VideoCapture, VideoWriter};
 
 /// Frames read ahead of the one whose result is awaited.
 const AHEAD: usize = 2;
+
+mod common;
 
 /// The overlay of one frame as a BGR `Mat` for the writer.
 fn overlay(mat: &Mat, objects: &[edgetam::tracker::ObjectResult]) -> Result<Mat> {
@@ -42,9 +43,9 @@ fn overlay(mat: &Mat, objects: &[edgetam::tracker::ObjectResult]) -> Result<Mat>
 }
 
 fn main() -> Result<()> {
-    // Compute-thread settings and heap reuse, before any thread exists (see docs/src/tuning.md, "Threads").
-    edgetam::pin_default_threads();
-    edgetam::keep_freed_memory();
+    // Compute-thread settings and heap reuse (`pin_default_threads`, `keep_freed_memory`), before
+    // any thread exists (see docs/src/tuning.md, "Threads").
+    edgetam::tracker::process_setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (model_arg, source, out_path, bbox) = match args.as_slice() {
         [m, s, o, b] | [m, s, o, b, _] => (m, s, o, b),
@@ -54,10 +55,7 @@ fn main() -> Result<()> {
         ),
     };
     let max_frames: usize = args.get(4).map_or(Ok(300), |s| s.parse())?;
-    let b: Vec<f32> = bbox.split(',').map(str::parse).collect::<Result<_, _>>()?;
-    let [x0, y0, x1, y1] = b[..] else {
-        bail!("the box is x0,y0,x1,y1, got {bbox}");
-    };
+    let prompt = common::box_prompt(bbox)?;
 
     let mut cap = match source.parse::<i32>() {
         Ok(index) => VideoCapture::new(index, videoio::CAP_ANY)?,
@@ -71,16 +69,11 @@ fn main() -> Result<()> {
         _ => 30.0,
     };
 
-    let model = if model_arg == "--random" {
-        eprintln!("random weights: masks are meaningless, timings are real");
-        EdgeTam::random(EdgeTamConfig::default(), 0, &Device::Cpu)?
-    } else {
-        EdgeTam::load(model_arg, &Device::Cpu)?
-    };
+    let model = common::load_model(model_arg, &Device::Cpu)?;
     let pipeline = Pipeline::builder(Arc::new(model))
         .queue_capacity(AHEAD)
         .build()?;
-    pipeline.add_prompt(1, Prompt::from_box(x0, y0, x1, y1))?;
+    pipeline.add_prompt(1, prompt)?;
 
     let mut writer: Option<VideoWriter> = None;
     let mut pending: VecDeque<Mat> = VecDeque::new();

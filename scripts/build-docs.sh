@@ -13,8 +13,9 @@ cd "$(dirname "$0")/.."
 MDBOOK_VERSION=0.5.4
 root=${MDBOOK_ROOT:-}
 if [ -z "$root" ]; then
-  root=/var/cache/edgetam-ci/mdbook
-  mkdir -p "$root" 2>/dev/null && [ -w "$root" ] || root="${XDG_CACHE_HOME:-$HOME/.cache}/edgetam-ci/mdbook"
+  # shellcheck source=scripts/ci-lib.sh
+  source scripts/ci-lib.sh
+  root=$(ci_cache_dir)/mdbook
 fi
 mdbook="$root/bin/mdbook"
 if ! { [ -x "$mdbook" ] && "$mdbook" --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; }; then

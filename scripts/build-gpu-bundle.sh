@@ -74,10 +74,22 @@ for lib in cuda nvrtc curand cublas cublasLt cudart; do stub "$lib" "$STUBS/$lib
 # does not change any crate's fingerprint, so the release build is shared with a normal one.
 # cudarc's own search paths (CUDA_HOME/lib*) hold no unversioned libcuda/libcublas/... names.
 export LIBRARY_PATH="$PWD/$STUBS${LIBRARY_PATH:+:$LIBRARY_PATH}"
-# Debug info stays as the release profile has it (changing it would rebuild every crate); the
-# copies in gpu-bundle/ are stripped.
-cargo build --release -j "$JOBS" --features cuda --bin edgetam
-
+# Debug info stays as the release profile has it; the copies in gpu-bundle/ are stripped. Without
+# the default `video` feature: the GPU machine need not have GStreamer's libraries. One cargo
+# invocation for both binaries: the test's dev-dependencies (the tracker's `checks`) and the CLI's
+# features unify into one build, so candle and the tracker compile once, not once per binary.
+build_bundle() {
+  cargo build --release -j "$JOBS" --no-default-features \
+    -p edgetam -p edgetam-tracker --features edgetam/cuda,edgetam/hub,edgetam-tracker/cuda \
+    --bin edgetam --test cuda_parity --message-format=json-render-diagnostics \
+    | python3 -c 'import json,sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cuda_parity":
+        print(m["executable"])' | tail -n 1
+}
+test_exe=$(build_bundle)
 if [ -n "${PTX_VERSION:-}" ]; then
   changed=0
   for f in target/release/build/candle-kernels-*/out/*.ptx; do
@@ -88,19 +100,13 @@ if [ -n "${PTX_VERSION:-}" ]; then
   done
   if [ "$changed" = 1 ]; then
     echo "PTX declared as ISA $PTX_VERSION; rebuilding"
-    cargo build --release -j "$JOBS" --features cuda --bin edgetam
+    test_exe=$(build_bundle)
   fi
 fi
-
-test_exe=$(cargo test --release -j "$JOBS" --features cuda -p edgetam-tracker \
-  --test cuda_parity --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import json,sys
-for line in sys.stdin:
-    try: m = json.loads(line)
-    except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "cuda_parity":
-        print(m["executable"])' | tail -n 1)
-
+if [ -z "$test_exe" ] || [ ! -x target/release/edgetam ]; then
+  echo "error: the edgetam CLI or the cuda_parity test binary was not built (above)" >&2
+  exit 1
+fi
 rm -rf gpu-bundle
 mkdir -p gpu-bundle
 cp target/release/edgetam gpu-bundle/

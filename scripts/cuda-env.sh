@@ -5,7 +5,10 @@
 # machine without a GPU, so CUDA_COMPUTE_CAP must be given: 80 (Ampere) unless already set; use 90
 # for Hopper (H100/H200) binaries. PTX built for 80 also runs on newer GPUs (the driver JITs it).
 _edgetam_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-_edgetam_cuda="$_edgetam_root/.cuda-toolkit/cuda"
+# The real path: in CI .cuda-toolkit is a link into the cache outside the clone, and build
+# scripts rerun (nvcc recompiles candle's kernels) when CUDA_HOME changes, so it must not carry
+# the clone's own path.
+_edgetam_cuda="$(realpath -m "$_edgetam_root/.cuda-toolkit")/cuda"
 if [ ! -x "$_edgetam_cuda/bin/nvcc" ]; then
   echo "cuda-env.sh: no toolkit in $_edgetam_cuda; run scripts/install-cuda-toolkit.sh first" >&2
   return 1 2>/dev/null || exit 1

@@ -34,7 +34,9 @@ fi
 echo "cargo-fuzz: $((SECONDS - start)) s"
 
 if [ -z "${FUZZ_TARGET_DIR:-}" ]; then
-  cache=/var/cache/edgetam-ci
+  # shellcheck source=scripts/ci-lib.sh
+  source scripts/ci-lib.sh
+  cache=$(ci_cache_dir)
   if mkdir -p "$cache/fuzz-target" 2>/dev/null && [ -w "$cache/fuzz-target" ]; then
     FUZZ_TARGET_DIR="$cache/fuzz-target"
   else

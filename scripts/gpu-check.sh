@@ -99,7 +99,8 @@ if [ -z "$EDGETAM" ] && [ "${GPU_CHECK_BUILD:-1}" != 0 ] && command -v cargo >/d
   fi
   cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d .)
   export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-${cap:-90}}"
-  if run build 300 cargo build --release --features cuda --bin edgetam; then
+  # Without the default `video` feature: GStreamer's libraries need not be installed here.
+  if run build 300 cargo build --release --no-default-features --features cuda,hub --bin edgetam; then
     EDGETAM=target/release/edgetam
     run build-tests 200 cargo test --release --features cuda -p edgetam-tracker --test cuda_parity --no-run
     PARITY=$(find target/release/deps -maxdepth 1 -type f -executable -name 'cuda_parity-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n1 | cut -d' ' -f2)

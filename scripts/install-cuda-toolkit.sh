@@ -25,7 +25,13 @@ NVVM_VERSION=13.0.88      # nvidia-nvvm: cicc and libdevice
 RUNTIME_VERSION=13.0.96   # nvidia-cuda-runtime: cuda_runtime.h, cuda_fp16.h, cuda_bf16.h, libcudart
 CCCL_VERSION=13.0.85      # nvidia-cuda-cccl: thrust, cub, libcu++ (candle's sort/moe kernels)
 
-DIR=.cuda-toolkit
+# In CI the toolkit (~1 GB of wheels) is kept in the cache outside the clone (scripts/ci-lib.sh);
+# the paths below are the real ones, so the venv and the links inside it outlive the clone.
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+ci_link_into_cache .cuda-toolkit
+mkdir -p .cuda-toolkit
+DIR=$(realpath .cuda-toolkit)
 VENV=$DIR/venv
 STAMP=$DIR/installed-$NVCC_VERSION-$CRT_VERSION-$NVVM_VERSION-$RUNTIME_VERSION-$CCCL_VERSION
 
@@ -41,7 +47,7 @@ if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv
 fi
-rm -rf "$DIR"
+rm -rf "${DIR:?}"/*
 mkdir -p "$DIR"
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -12,12 +12,18 @@ set -euo pipefail
 # gstreamer1.0-opencv + opencv-data: Debian's stock `facedetect` (a detector upstream of the element
 # in its tests) and its cascades; opencv-doc: the sample photo with a face those tests use
 # (/usr/share/doc/opencv-doc/examples/data/messi5.jpg).
+# gstreamer1.0-libav (H.264 and other FFmpeg decoders), gstreamer1.0-plugins-ugly (x264enc: MP4
+# output) and gstreamer1.0-plugins-base-apps (gst-discoverer-1.0): `edgetam track --input` of
+# MP4 files and `--output-video out.mp4`, and their tests (tests/video.rs); python3-gi and
+# gir1.2-gst-rtsp-server-1.0: the loopback RTSP server of those tests (tests/support/rtsp_server.py).
 # python3-venv: the venv scripts/test-python.sh tests the Python package in.
 # valgrind: the C ABI's programs under memcheck (scripts/test-capi.sh; gcc / g++ and pkg-config
 # come with build-essential and pkg-config).
 PACKAGES=(build-essential pkg-config ca-certificates valgrind libopencv-dev clang libclang-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
   gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-opencv opencv-data opencv-doc
+  gstreamer1.0-libav gstreamer1.0-plugins-ugly gstreamer1.0-plugins-base-apps
+  python3-gi gir1.2-gst-rtsp-server-1.0
   python3-venv)
 
 SUDO=""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ARM64 (aarch64-unknown-linux-gnu): cross-builds the tracker, the pipeline and the CLI with
-# rustup's target and Debian's gcc-aarch64-linux-gnu, lints them for that target
+# rustup's target and Debian's gcc-aarch64-linux-gnu, lints them for that target while compiling
 # (clippy -D warnings), then runs under Debian's qemu-user-static the kernel tests (NEON and
 # portable paths against their reference forms) and parity tests small enough for emulation
 # (a segment at 256, the memory stages at 256, a tracked sequence at 256) against the committed
@@ -9,6 +9,7 @@
 #
 #   scripts/test-aarch64.sh            # what CI runs
 #   AARCH64_TESTS=build scripts/test-aarch64.sh    # cross-build and lint only
+#   AARCH64_TESTS=prepare scripts/test-aarch64.sh  # only install the target and cross compiler
 #
 # Idempotent. The build goes to AARCH64_TARGET_DIR (default /var/cache/edgetam-ci/aarch64-target
 # when that can be written, else target/), so a machine that keeps it rebuilds only what
@@ -32,6 +33,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+if [ "${AARCH64_TESTS:-all}" = prepare ]; then
+  echo "aarch64: target and cross compiler installed"
+  exit 0
+fi
+
 if [ -z "${AARCH64_TARGET_DIR:-}" ]; then
   cache=${EDGETAM_CI_CACHE:-/var/cache/edgetam-ci}
   if mkdir -p "$cache/aarch64-target" 2>/dev/null && [ -w "$cache/aarch64-target" ]; then
@@ -50,8 +56,20 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /us
 export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
 
 PACKAGES=(-p edgetam-tracker -p edgetam-pipeline -p edgetam)
-cargo clippy --release --locked --target "$TARGET" "${PACKAGES[@]}" --all-targets -- -D warnings
-cargo build --release --locked --target "$TARGET" -p edgetam --bin edgetam
+# The CLI without its default `video` feature: GStreamer's ARM64 libraries are not installed for
+# the cross-build (`--input` then takes folders of frames only). The ROS 2 node (pure Rust,
+# RustDDS) is cross-built and linted with the library.
+FEATURES=(--no-default-features --features edgetam/hub)
+# Every target of these crates compiled once for ARM64 with clippy's lints (-D warnings) as it
+# compiles (clippy-driver as the workspace's compiler, scripts/ci-lib.sh): the lint, the CLI
+# and the test binaries below from one build, no separate check-mode pass over the dependencies.
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+ci_lint_while_building
+cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" -p edgetam-ros2 "${FEATURES[@]}" \
+  --all-targets --no-run
+cargo build --release --locked --target "$TARGET" -p edgetam -p edgetam-ros2 "${FEATURES[@]}" \
+  --bin edgetam --bin edgetam-ros2
 file "$CARGO_TARGET_DIR/$TARGET/release/edgetam" 2>/dev/null || true
 echo "aarch64 build + clippy: $((SECONDS - start)) s"
 if [ "${AARCH64_TESTS:-all}" = build ]; then
@@ -60,6 +78,7 @@ fi
 
 # The CLI runs: it prints the path it takes (NEON).
 qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release/edgetam" cpu
+qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release/edgetam-ros2" --help >/dev/null
 
 test_start=$SECONDS
 status=0

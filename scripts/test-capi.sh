@@ -29,6 +29,18 @@ finish() {
   exit $?
 }
 
+# Debian packages the checks below need, installed once per machine (as root, e.g. CI):
+# cmake (the CMake package test), abigail-tools (abidiff, the ABI check).
+missing=()
+command -v cmake > /dev/null || missing+=(cmake)
+command -v abidiff > /dev/null || missing+=(abigail-tools)
+if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  t0=$SECONDS
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" > /dev/null
+  echo "capi: installed ${missing[*]} in $((SECONDS - t0)) s"
+fi
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
@@ -50,7 +62,18 @@ if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
   failed=$((failed + rust_failed))
 fi
 read -r -a build_args <<< "${CAPI_BUILD_ARGS:--p edgetam-capi --lib --example reference}"
-if ! cargo build --release "${build_args[@]}"; then
+# The ABI check's baseline library (capi/abi-check.sh), built before the library under test
+# (both land in target/release) and cached by commit: after the first run, nothing to build.
+abi_base_ok=0
+if command -v abidiff > /dev/null; then
+  t0=$SECONDS
+  bash capi/abi-check.sh --base-only && abi_base_ok=1
+  echo "capi: ABI baseline ready in $((SECONDS - t0)) s"
+fi
+# Full debug info for the capi crate only (its exported functions and structs: what abidiff
+# compares); every other crate keeps the release profile's line tables.
+abi_config=(--config "profile.release.package.edgetam-capi.debug=2")
+if ! cargo build --release "${build_args[@]}" "${abi_config[@]}"; then
   fail "build libedgetam and the reference writer"
   finish
 fi
@@ -74,8 +97,47 @@ check "g++ track.cpp" g++ -std=c++17 "${cc_flags[@]}" capi/tests/cpp/track.cpp -
 check "gcc errors.c, static libedgetam.a" gcc -std=c11 "${cc_flags[@]}" -pthread \
   capi/tests/c/errors.c -o "$work/errors_static" $(pkg-config --cflags edgetam) \
   "$prefix/lib/libedgetam.a" $(pkg-config --static --libs-only-l edgetam | sed 's/-ledgetam//')
-check "the shared library has its soname" \
-  bash -c "readelf -d '$prefix/lib/libedgetam.so' | grep -q 'SONAME.*libedgetam.so.0'"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+case $version in
+  0.*) soname=libedgetam.so.${version%.*} ;; # cargo-c's 0.x convention: 0.MINOR
+  *) soname=libedgetam.so.${version%%.*} ;;
+esac
+check "the shared library's soname is $soname" \
+  bash -c "readelf -d '$prefix/lib/libedgetam.so' | grep -q 'Library soname: \[$soname\]'"
+check "installed as libedgetam.so.$version, $soname and libedgetam.so links" \
+  test -f "$prefix/lib/libedgetam.so.$version" -a "$(readlink "$prefix/lib/$soname")" = \
+  "libedgetam.so.$version" -a "$(readlink "$prefix/lib/libedgetam.so")" = "$soname"
+# ABI against the baseline commit (capi/abi-baseline): fails on an incompatible change that
+# keeps the soname, names every change.
+if [ "$abi_base_ok" = 1 ]; then
+  t0=$SECONDS
+  check "ABI check against the baseline (abidiff)" bash capi/abi-check.sh
+  echo "capi: abidiff $((SECONDS - t0)) s"
+else
+  fail "ABI check: no baseline library (abigail-tools missing or the base build failed)"
+fi
+
+# CMake users: a C++ program configured against the install prefix only
+# (find_package(edgetam 0.MINOR CONFIG REQUIRED), edgetam::edgetam and edgetam::edgetam_static),
+# built and run; a request for the next minor version must be refused (0.x minors break the ABI).
+if command -v cmake > /dev/null; then
+  want=${version%.*}
+  next=${version%%.*}.$((${want#*.} + 1))
+  cm=(cmake -S capi/tests/cmake -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release)
+  if check "cmake: find_package(edgetam $want CONFIG REQUIRED) configures" \
+    bash -c "${cm[*]} -B '$work/cmake' -DEDGETAM_REQUEST=$want > '$work/cmake.log' 2>&1" &&
+    check "cmake: the program builds (shared and static)" \
+      bash -c "cmake --build '$work/cmake' -j 2 > '$work/cmake-build.log' 2>&1"; then
+    check "cmake: the program runs (shared)" "$work/cmake/app" "$model"
+    check "cmake: the program runs (static)" "$work/cmake/app_static" "$model"
+  else
+    cat "$work/cmake.log" "$work/cmake-build.log" 2> /dev/null
+  fi
+  check "cmake: find_package(edgetam $next) is refused by edgetam $version" \
+    bash -c "! ${cm[*]} -B '$work/cmake-next' -DEDGETAM_REQUEST=$next > '$work/cmake-next.log' 2>&1"
+else
+  fail "cmake is not installed (scripts/install-deps.sh)"
+fi
 
 # The Rust library's results on the case, then the C and C++ programs', byte for byte.
 case_dir=$work/case
@@ -133,13 +195,19 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktra
 # shellcheck disable=SC2086
 if gcc -std=c11 "${san[@]}" capi/tests/c/track.c -o "$work/track_c_asan" $flags &&
   g++ -std=c++17 "${san[@]}" capi/tests/cpp/track.cpp -o "$work/track_cpp_asan" $flags &&
-  gcc -std=c11 "${san[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c_asan" $flags; then
+  gcc -std=c11 "${san[@]}" -pthread capi/tests/c/errors.c -o "$work/errors_c_asan" $flags &&
+  g++ -std=c++17 "${san[@]}" -Wall -Wextra -Werror capi/tests/cpp/temporaries.cpp \
+    -o "$work/temporaries_asan" $flags; then
   check "ASan+UBSan+LSan: C program, every output" \
     "$work/track_c_asan" "$model" "$case_dir" "$work/asan_c" 256
   compare "C (ASan)" "$work/asan_c"
   check "ASan+UBSan+LSan: C++ program, every output" \
     "$work/track_cpp_asan" "$model" "$case_dir" "$work/asan_cpp" 256
   compare "C++ (ASan)" "$work/asan_cpp"
+  # The C++ loops on a temporary Result (`for (auto &o : tracker.track(frame).objects())`,
+  # `.at(0)`, `.find(id)`), three real frames: each mask read after its Result is gone.
+  check "ASan+UBSan+LSan: C++ objects of temporary results own their masks" \
+    "$work/temporaries_asan" "$model" "$case_dir" 256
   check "ASan+UBSan+LSan: bad-input cases" bash -c "'$work/errors_c_asan' '$model' > '$work/errors_asan.log' 2>&1 || { cat '$work/errors_asan.log'; exit 1; }"
 else
   fail "build the programs with -fsanitize=address,undefined"

@@ -197,11 +197,19 @@ mkdir -p "$ROOT/tmp" && chmod 1777 "$ROOT/tmp"
 # The tests' scratch folders (a copy of the plugin each, ~110 MB) from earlier runs.
 rm -rf --one-file-system "$ROOT"/tmp/edgetam-gst-*
 
+# Lints while compiling, as on the host (scripts/ci-lib.sh, which scripts/test.sh turns on): the
+# same clippy-driver, seen from inside the root. The analytics code (v1_24, v1_26) is linted
+# here, the only place it links.
+LINT_ENV=()
+if [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] && [ "${RUSTC_WORKSPACE_WRAPPER#"$RUSTUP_HOME"/}" != "$RUSTC_WORKSPACE_WRAPPER" ]; then
+  LINT_ENV=(RUSTC_WORKSPACE_WRAPPER="/opt/rustup/${RUSTC_WORKSPACE_WRAPPER#"$RUSTUP_HOME"/}"
+    CLIPPY_ARGS="${CLIPPY_ARGS:-}")
+fi
 in_root() {
   chroot "$ROOT" /usr/bin/env -i HOME=/root LC_ALL=C.UTF-8 TERM="${TERM:-dumb}" \
     PATH=/opt/cargo/bin:/usr/local/bin:/usr/bin:/bin \
     RUSTUP_HOME=/opt/rustup CARGO_HOME=/opt/cargo RUSTUP_TOOLCHAIN="$TOOLCHAIN" \
-    CARGO_TARGET_DIR=/target CARGO_NET_OFFLINE=true CARGO_TERM_COLOR=never \
+    CARGO_TARGET_DIR=/target CARGO_NET_OFFLINE=true CARGO_TERM_COLOR=never "${LINT_ENV[@]}" \
     sh -c "cd /src && $1"
 }
 

@@ -19,6 +19,7 @@ use edgetam::tracker::{EdgeTam, Precision, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::bench_plot::{self, PlotSeries};
 use crate::ModelArgs;
 
 pub const AFTER_HELP: &str = "\
@@ -589,7 +590,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot {
-        crate::bench_plot::draw(path, &reports_for_plot(&reports))?;
+        bench_plot::draw(path, &reports_for_plot(&reports))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
@@ -884,14 +885,6 @@ fn render_summary(reports: &[ConfigReport]) -> String {
         );
     }
     s
-}
-
-/// What the plot needs of a configuration.
-pub struct PlotSeries {
-    pub name: String,
-    pub frame_ms: Vec<(u64, f64)>,
-    /// Median per stage, in [`StageTimes::NAMES`] order.
-    pub stage_medians: Vec<f64>,
 }
 
 fn reports_for_plot(reports: &[ConfigReport]) -> Vec<PlotSeries> {

@@ -7,8 +7,6 @@ use anyhow::{anyhow, Result};
 use edgetam::tracker::StageTimes;
 use plotters::prelude::*;
 
-use crate::bench::PlotSeries;
-
 const STAGE_COLORS: [RGBColor; 6] = [
     RGBColor(120, 120, 120),
     RGBColor(31, 119, 180),
@@ -17,6 +15,14 @@ const STAGE_COLORS: [RGBColor; 6] = [
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
 ];
+
+/// What the plot needs of a configuration.
+pub struct PlotSeries {
+    pub name: String,
+    pub frame_ms: Vec<(u64, f64)>,
+    /// Median per stage, in [`StageTimes::NAMES`] order.
+    pub stage_medians: Vec<f64>,
+}
 
 fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("cannot draw the plot: {e}")

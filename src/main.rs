@@ -5,6 +5,8 @@ mod bench;
 mod bench_plot;
 mod soak;
 mod track;
+#[cfg(feature = "video")]
+mod video;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,7 +36,8 @@ struct Cli {
 enum Command {
     /// Segment one object in one image from a box and/or points.
     Segment(SegmentArgs),
-    /// Track objects through a folder of frames: mask PNGs, results.jsonl, overlays.
+    /// Track objects through a video (file, camera, stream) or a folder of frames: mask PNGs,
+    /// results.jsonl, an overlay video.
     #[command(after_help = track::AFTER_HELP)]
     Track(track::TrackArgs),
     /// Check every model stage against reference fixtures (exit status 1 on any failure).

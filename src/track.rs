@@ -1,5 +1,7 @@
-//! `edgetam track`: tracks objects through a folder of frames with the frame-queue pipeline (a
-//! streaming `Tracker` on a worker thread, optionally with the image encoder ahead on another).
+//! `edgetam track`: tracks objects through a video (file, camera, URI, GStreamer description:
+//! feature `video`) or a folder of frames with the frame-queue pipeline (a streaming `Tracker`
+//! on a worker thread, optionally with the image encoder ahead on another); writes masks,
+//! results.jsonl and, with `--output-video`, the overlay as a video a person can play.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File};
@@ -11,7 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::Args;
-use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PromptSpec, ResolutionChange};
+use edgetam::pipeline::{
+    DropPolicy, Frame, FrameOutput, Outcome, Pipeline, PromptSpec, ResolutionChange,
+};
 use edgetam::tracker::{FrameResult, Mask, ObjectPrompt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -21,23 +25,43 @@ use edgetam::natural_cmp;
 
 use crate::{image_size, load_model, read_rgb, save_mask_png, InputSizeArg, ModelArgs};
 
+/// `--input` of a video file, camera, URI or GStreamer description.
+#[cfg(feature = "video")]
+mod video;
+
 /// File extensions (any case) taken as frames.
 const FRAME_EXTENSIONS: [&str; 3] = ["png", "jpg", "jpeg"];
 
 /// Extra `--help` text of `edgetam track`.
 pub const AFTER_HELP: &str = "\
-Frames are the .png, .jpg and .jpeg files (any case) in --frames, in natural name order (frame2 \
+--input takes a video file (whatever the machine's GStreamer decodes: WebM/VP8/VP9, MKV, MP4/H.264 \
+with gstreamer1.0-libav, MOV), a camera (/dev/video0), a URI (rtsp://, http://, file://), a \
+GStreamer source description (gst:videotestsrc is-live=true ! video/x-raw,width=320; a trailing \
+`! appsink` is allowed) or a folder of frames (--frames is an alias). Live sources (cameras, RTSP, \
+is-live=true) are tracked until Ctrl-C, --max-frames or --duration; frames that arrive while the \
+tracker is busy are dropped (the summary counts them). Ctrl-C ends any run cleanly: the output \
+video is finished (playable), a second Ctrl-C aborts.
+
+A folder's frames are the .png, .jpg and .jpeg files (any case) in natural name order (frame2 \
 before frame10); other files are ignored. Frame indices (frame= in a SPEC, names of the outputs) \
-count from 0 in that order.
+count from 0 over the frames decoded (or the folder's files). t=SECONDS in a SPEC puts the \
+prompt on the first frame whose presentation time is at or after it (a folder of frames needs \
+--fps for that).
 
 Outputs in --out: masks/{frame:06}_obj{O}.png (8-bit gray, 255 inside) for every frame and object \
 tracked on it (from the object's first prompt on); results.jsonl, one JSON object per frame and \
-object: {\"frame\",\"file\",\"object\",\"score\",\"visible\",\"box\" ([x0,y0,x1,y1] or null),\"area\",\
-\"prompted\"}; overlay/{frame:06}.png with --overlay.
+object: {\"frame\",\"pts\" (seconds; videos, or folders with --fps),\"file\" (folders),\"object\",\
+\"score\",\"visible\",\"box\" ([x0,y0,x1,y1] or null),\"area\",\"prompted\"}; overlay/{frame:06}.png \
+with --overlay. --output-video FILE: the overlay encoded at the source's size and frame rate, the \
+format from the extension: .webm (VP8), .mkv (VP8 in Matroska), .mp4 (H.264: x264enc from \
+gstreamer1.0-plugins-ugly, or openh264enc); written under a temporary name and renamed when \
+complete, so a failed run leaves no partial file.
 
 A frame file that cannot be read is reported and skipped, and the stream goes on (the tracker sees \
 the next readable frame as the next one); the exit status is then still 0, as long as at least one \
-frame was tracked. A prompt on a frame that cannot be read is an error. Errors exit with status 2.";
+frame was tracked. A prompt on a frame that cannot be read is an error. Errors (a missing or \
+unreadable input, a codec without a decoder (the message names the Debian package), a camera that \
+is not there, a prompt past the end) exit with status 2.";
 
 #[derive(Args)]
 pub struct TrackArgs {
@@ -45,33 +69,53 @@ pub struct TrackArgs {
     model: ModelArgs,
     #[command(flatten)]
     input_size: InputSizeArg,
-    /// Folder of frames: PNG/JPEG files, tracked in natural name order.
-    #[arg(long, value_name = "DIR")]
-    frames: PathBuf,
+    /// What to track: a video file, a camera (/dev/video0), a URI (rtsp://, http://, file://),
+    /// `gst:DESCRIPTION` (a GStreamer source) or a folder of PNG/JPEG frames (natural name
+    /// order). `--frames` is an alias.
+    #[arg(long, alias = "frames", value_name = "SOURCE")]
+    input: String,
     /// One object's prompt (repeatable, one object and frame per flag), coordinates in frame
-    /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;frame=0;point=x,y,1;point=x,y,0` (label 1
+    /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;t=2.5;point=x,y,1;point=x,y,0` (label 1
     /// = object, 0 = background; a box and points can be combined) or `obj=3;frame=5;mask=PATH`
-    /// (a PNG the frame's size, nonzero = inside). `frame=` defaults to 0. Quote it in a shell.
-    #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = PromptSpec::parse)]
-    prompts: Vec<PromptSpec>,
-    /// Output folder (created): masks/, results.jsonl and, with --overlay, overlay/.
-    #[arg(long, value_name = "DIR")]
-    out: PathBuf,
-    /// Also write overlay/{frame:06}.png: each object tinted its own color, its box outlined.
-    #[arg(long)]
+    /// (a PNG the frame's size, nonzero = inside). `frame=` defaults to 0; `t=SECONDS` instead
+    /// puts it on the first frame at or after that time. Quote it in a shell.
+    #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = parse_timed_spec)]
+    prompts: Vec<TimedSpec>,
+    /// Output folder (created): masks/, results.jsonl and, with --overlay, overlay/. Optional
+    /// with --output-video.
+    #[arg(long, value_name = "DIR", required_unless_present = "output_video")]
+    out: Option<PathBuf>,
+    /// Also write overlay/{frame:06}.png into --out: each object tinted its own color, its box
+    /// outlined.
+    #[arg(long, requires = "out")]
     overlay: bool,
+    /// Write the overlay as a video: .webm (VP8), .mkv (VP8 in Matroska) or .mp4 (H.264), at
+    /// the source's size and frame rate (a folder of frames: --fps, default 30).
+    #[arg(long, value_name = "FILE")]
+    output_video: Option<PathBuf>,
+    /// Stop after N frames (live sources run until Ctrl-C otherwise).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_frames: Option<u64>,
+    /// Stop after S seconds of the source's time.
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    duration: Option<f64>,
+    /// Frame rate of a folder of frames: gives them presentation times (results.jsonl `pts`,
+    /// `t=` prompts) and the --output-video rate (default 30).
+    #[arg(long, value_name = "FPS", value_parser = parse_fps)]
+    fps: Option<f64>,
     /// Write every frame's decoder outputs to a safetensors file: `f{F:06}/o{O}/lowres` (f32
     /// [h,w], the selected low-res mask logits), `f{F:06}/o{O}/score` (f32 [1], the object-score
     /// logit), `f{F:06}/o{O}/mask` (u8 [H,W], 0/1 at the frame's resolution). They are kept in
     /// memory until the end: about (size/4)^2 * 4 + H * W bytes per frame and object.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "out")]
     dump_logits: Option<PathBuf>,
     /// Run the image encoder of the next frame on its own thread while the current one is
     /// tracked. Outputs are byte-identical either way; it pays only with spare cores.
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = parse_on_off,
           action = clap::ArgAction::Set)]
     encoder_ahead: bool,
-    /// Frames read ahead into the pipeline's queue (reading waits when it is full).
+    /// Frames read ahead into the pipeline's queue (reading waits when it is full; a live
+    /// source drops the oldest instead).
     #[arg(long = "queue", value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
@@ -89,11 +133,80 @@ fn parse_on_off(s: &str) -> std::result::Result<bool, String> {
     }
 }
 
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("expected seconds > 0, got {s:?}")),
+    }
+}
+
+fn parse_fps(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1000.0 => Ok(v),
+        _ => Err(format!(
+            "expected frames per second in (0, 1000], got {s:?}"
+        )),
+    }
+}
+
+/// A `--prompt`: the pipeline's [`PromptSpec`] plus the CLI's `t=SECONDS` (the first frame at
+/// or after that presentation time), which the shared prompt syntax does not have: the token
+/// is taken out here and the rest parsed by [`PromptSpec::parse`].
+#[derive(Debug, Clone)]
+pub struct TimedSpec {
+    spec: PromptSpec,
+    t: Option<f64>,
+}
+
+fn parse_timed_spec(s: &str) -> std::result::Result<TimedSpec, String> {
+    let (mut t, mut rest, mut frame) = (None, Vec::new(), false);
+    for token in s.split(';') {
+        let trimmed = token.trim();
+        match trimmed.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("t", v)) => {
+                let secs = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| {
+                        format!("bad token `{trimmed}`: the time must be seconds >= 0, e.g. t=2.5")
+                    })?;
+                if t.replace(secs).is_some() {
+                    return Err(format!("bad token `{trimmed}`: t= given twice"));
+                }
+            }
+            Some(("frame", _)) => {
+                frame = true;
+                rest.push(token);
+            }
+            _ => rest.push(token),
+        }
+    }
+    if frame && t.is_some() {
+        return Err("give frame= or t=, not both".into());
+    }
+    let spec = PromptSpec::parse(&rest.join(";")).map_err(|e| e.to_string())?;
+    Ok(TimedSpec { spec, t })
+}
+
 /// A frame pushed into the pipeline, waiting for its result.
 struct InFlight {
     f: usize,
-    name: String,
+    /// The frame's file (a folder of frames).
+    name: Option<String>,
+    pts: Option<Duration>,
     img: image::RgbImage,
+}
+
+impl InFlight {
+    /// `frame 3 (frame4.png)` / `frame 3 (t=0.100 s)`.
+    fn label(&self) -> String {
+        match (&self.name, self.pts) {
+            (Some(name), _) => format!("frame {} ({name})", self.f),
+            (None, Some(pts)) => format!("frame {} (t={:.3} s)", self.f, pts.as_secs_f64()),
+            (None, None) => format!("frame {}", self.f),
+        }
+    }
 }
 
 fn file_name(path: &Path) -> String {
@@ -158,10 +271,45 @@ fn read_mask(path: &Path, width: usize, height: usize) -> Result<Mask> {
 /// sizes) before the model is loaded.
 type FramePrompts = BTreeMap<usize, Vec<(u32, ObjectPrompt)>>;
 
-fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FramePrompts> {
+/// `spec`'s prompt for a `w`x`h` frame: its mask read (and its size checked) or its box and
+/// points checked against the frame. `on` names the frame in messages.
+fn object_prompt(spec: &PromptSpec, w: usize, h: usize, on: &str) -> Result<ObjectPrompt> {
+    let o = spec.obj;
+    Ok(match &spec.mask {
+        Some(m) => {
+            ObjectPrompt::Mask(read_mask(m, w, h).with_context(|| format!("object {o} on {on}"))?)
+        }
+        None => {
+            let p = spec.points_prompt().unwrap_or_default();
+            p.validate(w, h).with_context(|| {
+                format!("the prompt for object {o} does not fit {on} ({w}x{h})")
+            })?;
+            ObjectPrompt::Points(p)
+        }
+    })
+}
+
+/// The frame a folder's prompt is on: `frame=`, or `t=` at `fps` frames per second.
+fn folder_frame(s: &TimedSpec, fps: Option<f64>) -> Result<usize> {
+    match (s.t, fps) {
+        (None, _) => Ok(s.spec.frame),
+        (Some(t), Some(fps)) => Ok((t * fps - 1e-9).ceil().max(0.0) as usize),
+        (Some(t), None) => bail!(
+            "the prompt for object {} is at t={t} s, but a folder of frames has no times: give \
+             --fps (its frame rate) or use frame=",
+            s.spec.obj
+        ),
+    }
+}
+
+fn prepare_prompts(
+    specs: &[TimedSpec],
+    frames: &[PathBuf],
+    fps: Option<f64>,
+) -> Result<FramePrompts> {
     let mut by_frame = FramePrompts::new();
-    for spec in specs {
-        let (o, f) = (spec.obj, spec.frame);
+    for s in specs {
+        let (o, f) = (s.spec.obj, folder_frame(s, fps)?);
         let Some(path) = frames.get(f) else {
             bail!(
                 "the prompt for object {o} is on frame {f}, but the frames folder has {} frames \
@@ -179,18 +327,7 @@ fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FrameProm
         let name = file_name(path);
         let (w, h) = image_size(path)
             .with_context(|| format!("frame {f} ({name}) carries the prompt for object {o}"))?;
-        let prompt = match &spec.mask {
-            Some(m) => ObjectPrompt::Mask(
-                read_mask(m, w, h).with_context(|| format!("object {o} on frame {f} ({name})"))?,
-            ),
-            None => {
-                let p = spec.points_prompt().unwrap_or_default();
-                p.validate(w, h).with_context(|| {
-                    format!("the prompt for object {o} does not fit frame {f} ({name}, {w}x{h})")
-                })?;
-                ObjectPrompt::Points(p)
-            }
-        };
+        let prompt = object_prompt(&s.spec, w, h, &format!("frame {f} ({name})"))?;
         on_frame.push((o, prompt));
     }
     Ok(by_frame)
@@ -200,7 +337,12 @@ fn prepare_prompts(specs: &[PromptSpec], frames: &[PathBuf]) -> Result<FrameProm
 #[derive(Serialize)]
 struct Record<'a> {
     frame: usize,
-    file: &'a str,
+    /// Presentation time in seconds (videos; folders with --fps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pts: Option<f64>,
+    /// The frame's file (folders).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
     object: u32,
     score: f32,
     visible: bool,
@@ -210,7 +352,7 @@ struct Record<'a> {
     prompted: bool,
 }
 
-/// Where a frame's results go.
+/// Where a frame's results go in --out.
 struct Outputs {
     masks: PathBuf,
     overlay: Option<PathBuf>,
@@ -219,9 +361,9 @@ struct Outputs {
 }
 
 impl Outputs {
-    fn create(args: &TrackArgs) -> Result<Self> {
-        let masks = args.out.join("masks");
-        let overlay = args.overlay.then(|| args.out.join("overlay"));
+    fn create(args: &TrackArgs, out: &Path) -> Result<Self> {
+        let masks = out.join("masks");
+        let overlay = args.overlay.then(|| out.join("overlay"));
         for dir in std::iter::once(&masks).chain(&overlay) {
             fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create folder {}", dir.display()))?;
@@ -231,7 +373,7 @@ impl Outputs {
                 bail!("--dump-logits: folder {} does not exist", parent.display());
             }
         }
-        let path = args.out.join("results.jsonl");
+        let path = out.join("results.jsonl");
         let file =
             File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Self {
@@ -242,20 +384,16 @@ impl Outputs {
         })
     }
 
-    fn write(
-        &mut self,
-        f: usize,
-        name: &str,
-        img: &image::RgbImage,
-        r: &FrameResult,
-    ) -> Result<()> {
+    fn write(&mut self, job: &InFlight, r: &FrameResult) -> Result<()> {
+        let f = job.f;
         for o in &r.objects {
             let mask = &o.mask;
             let path = self.masks.join(format!("{f:06}_obj{}.png", o.id));
             save_mask_png(&path, mask.width, mask.height, &mask.data)?;
             let record = Record {
                 frame: f,
-                file: name,
+                pts: job.pts.map(|t| t.as_secs_f64()),
+                file: job.name.as_deref(),
                 object: o.id,
                 score: o.score,
                 visible: o.visible,
@@ -277,26 +415,25 @@ impl Outputs {
             }
         }
         self.results.flush().context("cannot write results.jsonl")?;
-        if let Some(dir) = &self.overlay {
-            let mut out = img.clone();
-            draw::objects(&mut out, &r.objects);
-            let path = dir.join(format!("{f:06}.png"));
-            out.save(&path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
         Ok(())
     }
 }
 
-/// A progress bar on stderr, hidden when stderr is not a terminal.
-fn progress_bar(frames: usize) -> ProgressBar {
+/// A progress bar on stderr, hidden when stderr is not a terminal; `frames` is the length when
+/// known.
+fn progress_bar(frames: Option<usize>) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
     } else {
         ProgressDrawTarget::hidden()
     };
-    let pb = ProgressBar::with_draw_target(Some(frames as u64), target);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {msg}") {
+    let pb = ProgressBar::with_draw_target(frames.map(|n| n as u64), target);
+    let template = if frames.is_some() {
+        "{bar:30} {msg}"
+    } else {
+        "{spinner} {msg}"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
         pb.set_style(style);
     }
     pb
@@ -305,7 +442,7 @@ fn progress_bar(frames: usize) -> ProgressBar {
 /// `frame 12/300  3.4 fps  obj1 ✓ obj2 ✗`
 fn progress_message(
     f: usize,
-    frames: usize,
+    frames: Option<usize>,
     recent: &VecDeque<Duration>,
     r: &FrameResult,
 ) -> String {
@@ -315,7 +452,8 @@ fn progress_message(
     } else {
         0.0
     };
-    let mut msg = format!("frame {}/{frames}  {fps:.1} fps ", f + 1);
+    let of = frames.map(|n| format!("/{n}")).unwrap_or_default();
+    let mut msg = format!("frame {}{of}  {fps:.1} fps ", f + 1);
     for o in &r.objects {
         msg.push_str(&format!(
             " obj{} {}",
@@ -326,75 +464,240 @@ fn progress_message(
     msg
 }
 
-pub fn track(args: TrackArgs) -> Result<()> {
-    let frames = list_frames(&args.frames)?;
-    let prompts = prepare_prompts(&args.prompts, &frames)?;
-    let mut outputs = Outputs::create(&args)?;
+/// Everything a tracked frame's result goes to: --out, the overlay PNGs, the output video, the
+/// progress bar and the summary's counters.
+struct Sink {
+    outputs: Option<Outputs>,
+    #[cfg(feature = "video")]
+    encoder: Option<crate::video::encode::Encoder>,
+    pb: ProgressBar,
+    total: Option<usize>,
+    recent: VecDeque<Duration>,
+    last_done: Instant,
+    start: Instant,
+    tracked: usize,
+    dropped: usize,
+    objects: usize,
+    in_tracker: Duration,
+}
+
+impl Sink {
+    fn new(outputs: Option<Outputs>, total: Option<usize>) -> Self {
+        let now = Instant::now();
+        Self {
+            outputs,
+            #[cfg(feature = "video")]
+            encoder: None,
+            pb: progress_bar(total),
+            total,
+            recent: VecDeque::with_capacity(10),
+            last_done: now,
+            start: now,
+            tracked: 0,
+            dropped: 0,
+            objects: 0,
+            in_tracker: Duration::ZERO,
+        }
+    }
+
+    fn wants_overlay(&self) -> bool {
+        #[cfg(feature = "video")]
+        if self.encoder.is_some() {
+            return true;
+        }
+        self.outputs.as_ref().is_some_and(|o| o.overlay.is_some())
+    }
+
+    /// One result, with the frame it is for.
+    fn handle(&mut self, r: FrameOutput, mut job: InFlight) -> Result<()> {
+        if let Some(e) = r.command_errors.into_iter().next() {
+            return Err(anyhow::Error::new(e).context(format!("a prompt on {}", job.label())));
+        }
+        let result = match r.outcome {
+            Outcome::Tracked(result) => result,
+            Outcome::Failed(e) => {
+                return Err(anyhow::Error::new(e).context(format!("tracking {}", job.label())))
+            }
+            // Live sources only: the frame came while the tracker was busy.
+            Outcome::Dropped => {
+                self.dropped += 1;
+                return Ok(());
+            }
+        };
+        self.in_tracker += r.timings.encode + r.timings.track;
+        if let Some(outputs) = &mut self.outputs {
+            outputs.write(&job, &result)?;
+        }
+        if self.wants_overlay() {
+            draw::objects(&mut job.img, &result.objects);
+            if let Some(dir) = self.outputs.as_ref().and_then(|o| o.overlay.as_ref()) {
+                let path = dir.join(format!("{:06}.png", job.f));
+                job.img
+                    .save(&path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            #[cfg(feature = "video")]
+            if let Some(encoder) = &mut self.encoder {
+                encoder.send(job.img, job.pts)?;
+            }
+        }
+        self.tracked += 1;
+        self.objects = result.objects.len();
+        let now = Instant::now();
+        if self.recent.len() == 10 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(now - self.last_done);
+        self.last_done = now;
+        self.pb
+            .set_message(progress_message(job.f, self.total, &self.recent, &result));
+        self.pb.inc(1);
+        Ok(())
+    }
+
+    /// Finishes the files (the video's EOS, the logits) and prints the summary.
+    fn finish(self, args: &TrackArgs, input: &str, stopped: Option<&str>) -> Result<()> {
+        self.pb.finish_and_clear();
+        if self.tracked == 0 {
+            match stopped {
+                Some(why) => bail!("stopped ({why}) before a frame of {input} was tracked"),
+                None => bail!("no frame of {input} could be read"),
+            }
+        }
+        let mut wrote: Vec<String> = args.out.iter().map(|p| p.display().to_string()).collect();
+        if let (Some(path), Some(dump)) = (
+            &args.dump_logits,
+            self.outputs.as_ref().and_then(|o| o.dump.as_ref()),
+        ) {
+            candle_core::safetensors::save(dump, path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            wrote.push(path.display().to_string());
+        }
+        #[cfg(feature = "video")]
+        if let (Some(encoder), Some(path)) = (self.encoder, &args.output_video) {
+            let codec = encoder.codec();
+            let n = encoder.finish()?;
+            wrote.push(format!("{} ({codec}, {n} frames)", path.display()));
+        }
+        let tracked = self.tracked;
+        let ms = self.start.elapsed().as_secs_f64() * 1e3 / tracked as f64;
+        println!(
+            "tracked {tracked} frames, {} object(s): mean {ms:.1} ms/frame ({:.1} ms in the \
+             tracker), {:.2} fps; wrote {}",
+            self.objects,
+            self.in_tracker.as_secs_f64() * 1e3 / tracked as f64,
+            1e3 / ms,
+            wrote.join(" and "),
+        );
+        if self.dropped > 0 {
+            println!(
+                "dropped {} frame(s) that arrived while the tracker was busy (live source)",
+                self.dropped
+            );
+        }
+        if let Some(why) = stopped {
+            println!("stopped: {why}");
+        }
+        Ok(())
+    }
+}
+
+fn build_pipeline(args: &TrackArgs, live: bool) -> Result<Pipeline> {
     let model = Arc::new(load_model(
         &args.model,
         args.input_size.input_size,
         args.dtype,
     )?);
-    let pipeline = Pipeline::builder(model)
+    Ok(Pipeline::builder(model)
         .queue_capacity(usize::try_from(args.queue).unwrap_or(usize::MAX))
-        .drop_policy(DropPolicy::Block)
+        // Files wait for the tracker; a live source's frames that come while it is busy are
+        // dropped, the oldest first, as the GStreamer element's live mode does.
+        .drop_policy(if live {
+            DropPolicy::DropOldest
+        } else {
+            DropPolicy::Block
+        })
         .encoder_ahead(args.encoder_ahead)
         // Frames of another size go on being tracked, as by a serially driven tracker.
         .resolution_change(ResolutionChange::Continue)
-        .build()?;
+        .build()?)
+}
 
-    let pb = progress_bar(frames.len());
-    let mut recent: VecDeque<Duration> = VecDeque::with_capacity(10);
-    let (mut tracked, mut skipped) = (0usize, Vec::new());
-    let mut in_tracker = Duration::ZERO;
-    let mut objects = 0;
+pub fn track(args: TrackArgs) -> Result<()> {
+    if Path::new(&args.input).is_dir() {
+        return track_folder(args);
+    }
+    #[cfg(feature = "video")]
+    return video::track_video(args);
+    #[cfg(not(feature = "video"))]
+    bail!(
+        "{}: this edgetam was built without the `video` feature, so --input takes a folder of \
+         frames only",
+        args.input
+    );
+}
+
+/// A folder of frames, read on this thread in natural name order.
+fn track_folder(args: TrackArgs) -> Result<()> {
+    let dir = PathBuf::from(&args.input);
+    let mut frames = list_frames(&dir)?;
+    let fps = args.fps;
+    let keep = match (args.max_frames, args.duration) {
+        (Some(n), _) => usize::try_from(n).unwrap_or(usize::MAX),
+        (None, Some(d)) => (d * fps.unwrap_or(30.0)).ceil() as usize,
+        _ => usize::MAX,
+    };
+    frames.truncate(keep.max(1));
+    let prompts = prepare_prompts(&args.prompts, &frames, fps)?;
+    #[cfg(feature = "video")]
+    let format = args
+        .output_video
+        .as_deref()
+        .map(crate::video::encode::Format::for_path)
+        .transpose()?;
+    #[cfg(not(feature = "video"))]
+    if args.output_video.is_some() {
+        bail!("--output-video: this edgetam was built without the `video` feature");
+    }
+    let outputs = args
+        .out
+        .as_deref()
+        .map(|out| Outputs::create(&args, out))
+        .transpose()?;
+    let pipeline = build_pipeline(&args, false)?;
+    let mut sink = Sink::new(outputs, Some(frames.len()));
+    // The output video's rate: the folder's --fps, else 30.
+    let rate = fps.unwrap_or(30.0);
+    let mut skipped = Vec::new();
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
-    let mut last_done = Instant::now();
-    let start = last_done;
-    let mut handle = |r: edgetam::pipeline::FrameOutput,
-                      in_flight: &mut VecDeque<InFlight>|
-     -> Result<()> {
+    let handle = |r: FrameOutput, in_flight: &mut VecDeque<InFlight>, sink: &mut Sink| {
         let Some(job) = in_flight.pop_front() else {
             bail!("the pipeline returned a result for no frame");
         };
-        let (f, name) = (job.f, &job.name);
-        if let Some(e) = r.command_errors.into_iter().next() {
-            return Err(anyhow::Error::new(e).context(format!("a prompt on frame {f} ({name})")));
-        }
-        let result = match r.outcome {
-            Outcome::Tracked(result) => result,
-            Outcome::Failed(e) => {
-                return Err(anyhow::Error::new(e).context(format!("tracking frame {f} ({name})")))
-            }
-            Outcome::Dropped => bail!("frame {f} ({name}) was dropped"),
-        };
-        in_tracker += r.timings.encode + r.timings.track;
-        outputs.write(f, name, &job.img, &result)?;
-        tracked += 1;
-        objects = result.objects.len();
-        let now = Instant::now();
-        if recent.len() == 10 {
-            recent.pop_front();
-        }
-        recent.push_back(now - last_done);
-        last_done = now;
-        pb.set_message(progress_message(f, frames.len(), &recent, &result));
-        pb.inc(1);
-        Ok(())
+        sink.handle(r, job)
     };
     for (f, path) in frames.iter().enumerate() {
         let name = file_name(path);
         let img = match read_rgb(path) {
             Ok(img) => img,
             Err(e) if !prompts.contains_key(&f) => {
-                pb.suspend(|| eprintln!("warning: skipping frame {f} ({name}): {e:#}"));
+                sink.pb
+                    .suspend(|| eprintln!("warning: skipping frame {f} ({name}): {e:#}"));
                 skipped.push(name);
-                pb.inc(1);
+                sink.pb.inc(1);
                 continue;
             }
             Err(e) => return Err(e.context(format!("frame {f} ({name}) carries a prompt"))),
         };
         let (w, h) = (img.width() as usize, img.height() as usize);
+        #[cfg(feature = "video")]
+        if let (Some(format), None, Some(path)) = (format, &sink.encoder, &args.output_video) {
+            // Encoded at `rate` with millisecond precision (e.g. 29.97 -> 29970/1000).
+            let fps = ((rate * 1000.0).round() as i32, 1000);
+            sink.encoder = Some(crate::video::encode::Encoder::start(
+                path, format, w, h, fps,
+            )?);
+        }
         for (obj, prompt) in prompts.get(&f).into_iter().flatten() {
             pipeline
                 .add_prompt(*obj, prompt.clone())
@@ -403,35 +706,22 @@ pub fn track(args: TrackArgs) -> Result<()> {
         pipeline
             .push(Frame::rgb8(img.as_raw(), w, h))
             .with_context(|| format!("frame {f} ({name})"))?;
-        in_flight.push_back(InFlight { f, name, img });
+        let pts = Duration::from_secs_f64(f as f64 / rate);
+        in_flight.push_back(InFlight {
+            f,
+            name: Some(name),
+            pts: fps.map(|_| pts),
+            img,
+        });
         while let Some(r) = pipeline.try_recv()? {
-            handle(r, &mut in_flight)?;
+            handle(r, &mut in_flight, &mut sink)?;
         }
     }
     pipeline.finish();
     for r in pipeline.results() {
-        handle(r?, &mut in_flight)?;
+        handle(r?, &mut in_flight, &mut sink)?;
     }
-    pb.finish_and_clear();
-    if tracked == 0 {
-        bail!("no frame of {} could be read", args.frames.display());
-    }
-    if let (Some(path), Some(dump)) = (&args.dump_logits, &outputs.dump) {
-        candle_core::safetensors::save(dump, path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let ms = start.elapsed().as_secs_f64() * 1e3 / tracked as f64;
-    println!(
-        "tracked {tracked} frames, {objects} object(s): mean {ms:.1} ms/frame ({:.1} ms in the \
-         tracker), {:.2} fps; wrote {}{}",
-        in_tracker.as_secs_f64() * 1e3 / tracked as f64,
-        1e3 / ms,
-        args.out.display(),
-        args.dump_logits
-            .as_ref()
-            .map(|p| format!(" and {}", p.display()))
-            .unwrap_or_default(),
-    );
+    sink.finish(&args, &dir.display().to_string(), None)?;
     if !skipped.is_empty() {
         println!(
             "skipped {} unreadable frame(s): {}",
@@ -468,5 +758,32 @@ mod tests {
         assert!(parse_prompt_spec("frame=0;box=1,2,3,4").is_err());
         assert!(parse_prompt_spec("obj=1;mask=m.png;point=1,2,1").is_err());
         assert!(parse_prompt_spec("obj=1;frame=0").is_err());
+    }
+
+    #[test]
+    fn timed_prompt_specs() {
+        let p = parse_timed_spec("obj=2; t=2.5 ;box=1,2,30,40").unwrap();
+        assert_eq!((p.spec.obj, p.spec.frame, p.t), (2, 0, Some(2.5)));
+        assert_eq!(p.spec.bbox, Some([1., 2., 30., 40.]));
+        let p = parse_timed_spec("obj=1;frame=3;point=1,2,1").unwrap();
+        assert_eq!((p.spec.frame, p.t), (3, None));
+        let e = parse_timed_spec("obj=1;t=-1;box=1,2,3,4").unwrap_err();
+        assert!(e.contains("`t=-1`"), "{e}");
+        let e = parse_timed_spec("obj=1;t=x;box=1,2,3,4").unwrap_err();
+        assert!(e.contains("`t=x`"), "{e}");
+        let e = parse_timed_spec("obj=1;t=1;frame=2;box=1,2,3,4").unwrap_err();
+        assert!(e.contains("not both"), "{e}");
+        let e = parse_timed_spec("obj=1;t=1;t=2;box=1,2,3,4").unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+        assert!(parse_timed_spec("obj=1;t=1").is_err());
+        // A folder's t= needs its rate.
+        let p = parse_timed_spec("obj=1;t=0.25;box=1,2,3,4").unwrap();
+        assert_eq!(folder_frame(&p, Some(10.0)).unwrap(), 3);
+        let p = parse_timed_spec("obj=1;t=0.3;box=1,2,3,4").unwrap();
+        assert_eq!(folder_frame(&p, Some(10.0)).unwrap(), 3);
+        assert!(folder_frame(&p, None)
+            .unwrap_err()
+            .to_string()
+            .contains("--fps"));
     }
 }

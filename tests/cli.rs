@@ -1,6 +1,6 @@
 //! The `edgetam` binary as a user runs it: outputs, exit codes and error messages.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn root() -> PathBuf {
@@ -10,38 +10,23 @@ fn root() -> PathBuf {
 #[path = "../tracker/tests/common/fake_hub.rs"]
 mod fake_hub;
 
-/// Variables that would send a `--model owner/name` to the network or to another cache.
-const HUB_VARS: &[&str] = &[
-    "HF_ENDPOINT",
-    "HF_TOKEN",
-    "HF_TOKEN_PATH",
-    "HF_HUB_OFFLINE",
-    "HF_HUB_CACHE",
-    "ALL_PROXY",
-    "all_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-];
-
-/// `edgetam` with the hub sandboxed: an empty cache and HF_HUB_OFFLINE, so a `--model` that
-/// looks like a repository id never reaches the network.
+/// `edgetam` with the hub sandboxed ([`fake_hub::HUB_ENV`] cleared, an empty cache and
+/// HF_HUB_OFFLINE), so a `--model` that looks like a repository id never reaches the network.
 fn edgetam(args: &[&str]) -> Output {
     edgetam_env(args, &[])
 }
 
-/// [`edgetam`] with `env` set too.
+/// [`edgetam`] with `env` set too, over the sandbox's own settings.
 fn edgetam_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgetam"));
-    cmd.envs(env.iter().copied());
-    for k in HUB_VARS {
+    for k in fake_hub::HUB_ENV {
         cmd.env_remove(k);
     }
-    cmd.args(args)
-        .current_dir(root())
-        .env("HF_HOME", tmp("hf-home-empty"))
+    cmd.env("HF_HOME", tmp("hf-home-empty"))
         .env("HF_HUB_OFFLINE", "1")
+        .envs(env.iter().copied())
+        .args(args)
+        .current_dir(root())
         .output()
         .expect("run edgetam")
 }
@@ -56,25 +41,58 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The test image (480x360).
+const SHAPES: &str = "examples/data/shapes.png";
+/// The model arguments for random weights.
+const RANDOM: &[&str] = &["--random-weights"];
+
+/// `edgetam segment` with `model` (e.g. [`RANDOM`]), `--image IMAGE`, then `rest` (prompts,
+/// outputs).
+fn segment(model: &[&str], image: &str, rest: &[&str]) -> Output {
+    let mut args = vec!["segment"];
+    args.extend(model);
+    args.extend(["--image", image]);
+    args.extend(rest);
+    edgetam(&args)
+}
+
+/// [`segment`] with `prompt` (e.g. `["--box", "1,1,5,5"]`), which must fail with the
+/// clear-error status 2; its stderr.
+fn segment_error(model: &[&str], image: &str, prompt: &[&str]) -> String {
+    let o = segment(model, image, &[prompt, &["--out", "x.png"]].concat());
+    let e = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{model:?} {image} {prompt:?}: {e}"
+    );
+    e
+}
+
+/// `edgetam bench --random-weights --input-size SIZE` + `rest`, with `env` set.
+fn bench(size: &str, rest: &[&str], env: &[(&str, &str)]) -> Output {
+    let args = [&["bench", "--random-weights", "--input-size", size], rest].concat();
+    edgetam_env(&args, env)
+}
+
+/// The smallest bench: one object, one warm-up frame, one measured frame.
+const ONE_FRAME: [&str; 6] = ["--objects", "1", "--warmup", "1", "--frames", "1"];
+
 #[test]
 fn segment_with_random_weights_writes_mask_and_overlay() {
     let (mask, overlay) = (tmp("mask.png"), tmp("overlay.png"));
-    let o = edgetam(&[
-        "segment",
-        "--random-weights",
-        "--input-size",
-        "256",
-        "--image",
-        "examples/data/shapes.png",
-        "--box",
-        "150,90,330,260",
-        "--point",
-        "240,170,1",
-        "--out",
-        mask.to_str().unwrap(),
-        "--overlay",
-        overlay.to_str().unwrap(),
-    ]);
+    let prompts = ["--box", "150,90,330,260", "--point", "240,170,1"];
+    let outputs = ["--out", mask.to_str().unwrap()];
+    let o = segment(
+        &["--random-weights", "--input-size", "256"],
+        SHAPES,
+        &[
+            &prompts[..],
+            &outputs,
+            &["--overlay", overlay.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("meaningless"),
@@ -89,17 +107,11 @@ fn segment_with_random_weights_writes_mask_and_overlay() {
 #[test]
 fn segment_with_fixture_weights_reports_scores() {
     let mask = tmp("mask_fixture.png");
-    let o = edgetam(&[
-        "segment",
-        "--model",
-        "fixtures/model",
-        "--image",
-        "examples/data/shapes.png",
-        "--point",
-        "240,170,1",
-        "--out",
-        mask.to_str().unwrap(),
-    ]);
+    let o = segment(
+        &["--model", "fixtures/model"],
+        SHAPES,
+        &["--point", "240,170,1", "--out", mask.to_str().unwrap()],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -110,98 +122,35 @@ fn segment_with_fixture_weights_reports_scores() {
 
 #[test]
 fn missing_image_is_a_clear_error() {
-    let o = edgetam(&[
-        "segment",
-        "--random-weights",
-        "--image",
-        "no/such.png",
-        "--box",
-        "1,1,5,5",
-        "--out",
-        "x.png",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no/such.png"), "{}", stderr(&o));
+    let e = segment_error(RANDOM, "no/such.png", &["--box", "1,1,5,5"]);
+    assert!(e.contains("no/such.png"), "{e}");
 }
 
 #[test]
 fn unreadable_image_is_a_clear_error() {
     let bad = tmp("not_an_image.png");
     std::fs::write(&bad, b"this is not a PNG").unwrap();
-    let o = edgetam(&[
-        "segment",
-        "--random-weights",
-        "--image",
-        bad.to_str().unwrap(),
-        "--box",
-        "1,1,5,5",
-        "--out",
-        "x.png",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot"), "{}", stderr(&o));
+    let e = segment_error(RANDOM, bad.to_str().unwrap(), &["--box", "1,1,5,5"]);
+    assert!(e.contains("cannot"), "{e}");
 }
 
 #[test]
 fn prompt_outside_the_image_is_rejected() {
-    let o = edgetam(&[
-        "segment",
-        "--random-weights",
-        "--image",
-        "examples/data/shapes.png",
-        "--box",
-        "10,10,900,50",
-        "--out",
-        "x.png",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("outside"), "{}", stderr(&o));
-    let o = edgetam(&[
-        "segment",
-        "--random-weights",
-        "--image",
-        "examples/data/shapes.png",
-        "--point",
-        "10,10,7",
-        "--out",
-        "x.png",
-    ]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("label"), "{}", stderr(&o));
+    let e = segment_error(RANDOM, SHAPES, &["--box", "10,10,900,50"]);
+    assert!(e.contains("outside"), "{e}");
+    let e = segment_error(RANDOM, SHAPES, &["--point", "10,10,7"]);
+    assert!(e.contains("label"), "{e}");
 }
 
 #[test]
 fn missing_model_is_a_clear_error() {
-    let o = edgetam(&[
-        "segment",
-        "--model",
-        "no/model",
-        "--image",
-        "examples/data/shapes.png",
-        "--box",
-        "1,1,5,5",
-        "--out",
-        "x.png",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no/model"), "{}", stderr(&o));
+    let e = segment_error(&["--model", "no/model"], SHAPES, &["--box", "1,1,5,5"]);
+    assert!(e.contains("no/model"), "{e}");
     // A path that cannot be a repository id says so as a path.
-    let o = edgetam(&[
-        "segment",
-        "--model",
-        "no/such/model",
-        "--image",
-        "examples/data/shapes.png",
-        "--box",
-        "1,1,5,5",
-        "--out",
-        "x.png",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
+    let e = segment_error(&["--model", "no/such/model"], SHAPES, &["--box", "1,1,5,5"]);
     assert!(
-        stderr(&o).contains("no/such/model") && stderr(&o).contains("no such model file"),
-        "{}",
-        stderr(&o)
+        e.contains("no/such/model") && e.contains("no such model file"),
+        "{e}"
     );
 }
 
@@ -219,25 +168,24 @@ fn segment_with_a_hub_repository_id() {
     let mask = tmp("mask_hub.png");
     let endpoint = hub.endpoint();
     let run = |repo: &str, offline: bool| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgetam"));
-        for k in HUB_VARS {
-            cmd.env_remove(k);
-        }
-        cmd.env("HF_HOME", &home).env("HF_ENDPOINT", &endpoint);
-        if offline {
-            cmd.env("HF_HUB_OFFLINE", "1");
-        }
-        cmd.args([
+        let args = [
             "segment",
             "--model",
             repo,
             "--image",
-            "examples/data/shapes.png",
-        ])
-        .args(["--point", "240,170,1", "--out", mask.to_str().unwrap()])
-        .current_dir(root())
-        .output()
-        .expect("run edgetam")
+            SHAPES,
+            "--point",
+            "240,170,1",
+        ];
+        let env = [
+            ("HF_HOME", home.to_str().unwrap()),
+            ("HF_ENDPOINT", &endpoint),
+            ("HF_HUB_OFFLINE", if offline { "1" } else { "0" }),
+        ];
+        edgetam_env(
+            &[&args[..], &["--out", mask.to_str().unwrap()]].concat(),
+            &env,
+        )
     };
     let o = run("test-org/edgetam-hf", false);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -336,7 +284,20 @@ fn track_frames(name: &str) -> PathBuf {
     dir
 }
 
-fn sorted_names(dir: &std::path::Path) -> Vec<String> {
+/// `edgetam track --random-weights --input-size 256 --frames FRAMES`, a `--prompt` per spec
+/// of `prompts`, then `rest`.
+fn track(frames: &Path, prompts: &[&str], rest: &[&str]) -> Output {
+    let frames = frames.to_str().unwrap();
+    let mut args = vec!["track", "--random-weights", "--input-size", "256"];
+    args.extend(["--frames", frames]);
+    for p in prompts {
+        args.extend(["--prompt", p]);
+    }
+    args.extend(rest);
+    edgetam(&args)
+}
+
+fn sorted_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -362,25 +323,17 @@ fn track_writes_masks_overlays_results_and_logits() {
     .save(&mask)
     .unwrap();
     let mask_spec = format!("obj=3;frame=1;mask={}", mask.display());
-    let o = edgetam(&[
-        "track",
-        "--random-weights",
-        "--input-size",
-        "256",
-        "--frames",
-        frames.to_str().unwrap(),
-        "--prompt",
+    let prompts = [
         "obj=1;frame=0;box=20,15,50,45",
-        "--prompt",
         "obj=2;frame=0;point=30,30,1;point=80,10,0",
-        "--prompt",
         &mask_spec,
-        "--out",
-        out.to_str().unwrap(),
-        "--overlay",
-        "--dump-logits",
-        dump.to_str().unwrap(),
-    ]);
+    ];
+    let (out_arg, dump_arg) = (out.to_str().unwrap(), dump.to_str().unwrap());
+    let o = track(
+        &frames,
+        &prompts,
+        &["--out", out_arg, "--overlay", "--dump-logits", dump_arg],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("meaningless"), "{err}");
@@ -482,26 +435,17 @@ fn track_encoder_ahead_is_byte_identical() {
     let run = |ahead: &str, queue: &str| {
         let out = tmp(&format!("track_ahead_{ahead}_out"));
         let dump = tmp(&format!("track_ahead_{ahead}.safetensors"));
-        let o = edgetam(&[
-            "track",
-            "--random-weights",
-            "--input-size",
-            "256",
-            "--frames",
-            frames.to_str().unwrap(),
-            "--prompt",
+        let prompts = [
             "obj=1;frame=0;box=20,15,50,45",
-            "--prompt",
             "obj=2;frame=1;point=30,30,1;point=80,10,0",
-            "--out",
-            out.to_str().unwrap(),
-            "--dump-logits",
-            dump.to_str().unwrap(),
-            "--encoder-ahead",
-            ahead,
-            "--queue",
-            queue,
-        ]);
+        ];
+        let (out_arg, dump_arg) = (out.to_str().unwrap(), dump.to_str().unwrap());
+        let rest = ["--out", out_arg, "--dump-logits", dump_arg];
+        let o = track(
+            &frames,
+            &prompts,
+            &[&rest[..], &["--encoder-ahead", ahead, "--queue", queue]].concat(),
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         let results = std::fs::read(out.join("results.jsonl")).unwrap();
         let mut masks = Vec::new();
@@ -544,19 +488,7 @@ fn track_encoder_ahead_is_byte_identical() {
 /// the clear-error exit status.
 fn track_error(frames: &str, specs: &[&str]) -> String {
     let out = tmp("track_err_out");
-    let mut args = vec![
-        "track",
-        "--random-weights",
-        "--input-size",
-        "256",
-        "--frames",
-        frames,
-    ];
-    for s in specs {
-        args.extend(["--prompt", s]);
-    }
-    args.extend(["--out", out.to_str().unwrap()]);
-    let o = edgetam(&args);
+    let o = track(Path::new(frames), specs, &["--out", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     stderr(&o)
 }
@@ -599,26 +531,15 @@ fn track_rejects_bad_input_up_front() {
 #[test]
 fn bench_reports_every_stage_as_table_json_and_plot() {
     let (json, plot) = (tmp("bench.json"), tmp("bench.svg"));
-    let o = edgetam(&[
-        "bench",
-        "--random-weights",
-        "--input-size",
-        "256",
-        "--objects",
-        "1,2",
-        "--frames",
-        "3",
-        "--warmup",
-        "2",
-        "--encoder-ahead",
-        "both",
-        "--threads",
-        "2",
+    let runs = ["--objects", "1,2", "--frames", "3", "--warmup", "2"];
+    let how = ["--encoder-ahead", "both", "--threads", "2"];
+    let outputs = [
         "--json",
         json.to_str().unwrap(),
         "--plot",
         plot.to_str().unwrap(),
-    ]);
+    ];
+    let o = bench("256", &[&runs[..], &how, &outputs].concat(), &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for label in [
@@ -663,14 +584,7 @@ fn bench_reports_every_stage_as_table_json_and_plot() {
 
 #[test]
 fn bench_rejects_unknown_modes_and_dtypes() {
-    let o = edgetam(&[
-        "bench",
-        "--random-weights",
-        "--input-size",
-        "64",
-        "--encoder-ahead",
-        "sometimes",
-    ]);
+    let o = bench("64", &["--encoder-ahead", "sometimes"], &[]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("--encoder-ahead must be on, off or both"),
@@ -691,52 +605,31 @@ fn bench_rejects_unknown_modes_and_dtypes() {
 #[test]
 fn input_size_rule_is_checked_and_named() {
     for size in ["500", "128", "4096", "0"] {
-        for cmd in [
-            vec![
-                "segment",
-                "--random-weights",
-                "--image",
-                "examples/data/shapes.png",
-                "--box",
-                "150,90,330,260",
-                "--out",
-                "/dev/null",
-            ],
-            vec![
-                "bench",
-                "--random-weights",
-                "--frames",
-                "1",
-                "--warmup",
-                "1",
-            ],
+        let o = bench(size, &ONE_FRAME, &[]);
+        assert_eq!(o.status.code(), Some(2), "bench: {}", stderr(&o));
+        let prompt = ["--box", "150,90,330,260", "--input-size", size];
+        for (cmd, e) in [
+            ("segment", segment_error(RANDOM, SHAPES, &prompt)),
+            ("bench", stderr(&o)),
         ] {
-            let mut args = cmd.clone();
-            args.extend(["--input-size", size]);
-            let o = edgetam(&args);
-            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-            let e = stderr(&o);
             assert!(
                 e.contains(&format!("input size {size} is not supported"))
                     && e.contains("multiple of 256 from 256 to 2048"),
-                "{args:?}: {e}"
+                "{cmd} --input-size {size}: {e}"
             );
         }
     }
     // A checkpoint folder at another size: the config file is untouched, the model runs at 512.
-    let o = edgetam(&[
-        "segment",
-        "--model",
-        "fixtures/model",
-        "--input-size",
-        "512",
-        "--image",
-        "examples/data/shapes.png",
-        "--box",
-        "150,90,330,260",
-        "--out",
-        tmp("input512.png").to_str().unwrap(),
-    ]);
+    let o = segment(
+        &["--model", "fixtures/model", "--input-size", "512"],
+        SHAPES,
+        &[
+            "--box",
+            "150,90,330,260",
+            "--out",
+            tmp("input512.png").to_str().unwrap(),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
@@ -745,20 +638,11 @@ fn input_size_rule_is_checked_and_named() {
 #[test]
 fn bench_runs_every_input_size() {
     let json = tmp("bench_sizes.json");
-    let o = edgetam(&[
-        "bench",
-        "--random-weights",
-        "--input-size",
+    let o = bench(
         "256,512",
-        "--objects",
-        "1",
-        "--frames",
-        "1",
-        "--warmup",
-        "1",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+        &[&ONE_FRAME[..], &["--json", json.to_str().unwrap()]].concat(),
+        &[],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for size in ["256", "512"] {
@@ -788,32 +672,17 @@ fn bf16_where_it_cannot_run_is_refused() {
         .into_iter()
         .find(|isa| isa.runs_here())
         .map_or("portable", Isa::name);
-    let bench = |dtype: &str| {
-        edgetam_env(
-            &[
-                "bench",
-                "--random-weights",
-                "--input-size",
-                "256",
-                "--frames",
-                "1",
-                "--warmup",
-                "1",
-                "--objects",
-                "1",
-                "--dtype",
-                dtype,
-            ],
-            &[("EDGETAM_ISA", cap)],
-        )
+    let run = |dtype: &str| {
+        let args = [&ONE_FRAME[..], &["--dtype", dtype]].concat();
+        bench("256", &args, &[("EDGETAM_ISA", cap)])
     };
-    let o = bench("f32,bf16");
+    let o = run("f32,bf16");
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(
         e.contains("--dtype bf16: precision bf16 is not available here: it needs "),
         "{e}"
     );
-    let o = bench("f32");
+    let o = run("f32");
     assert!(o.status.success(), "{}", stderr(&o));
 }

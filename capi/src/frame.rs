@@ -4,7 +4,7 @@
 use edgetam_tracker::{limits, Frame, PixelFormat};
 
 use crate::error::CapiError;
-use crate::ptr::{bytes, span};
+use crate::ptr::{bytes, span, VersionedStruct};
 
 /// Layout of a frame's pixels (the values of `EdgetamFrame.format`).
 ///
@@ -46,7 +46,9 @@ impl EdgetamPixelFormat {
     }
 }
 
-/// One plane of a frame: its first row and the distance in bytes between rows.
+/// One plane of a frame: its first row and the distance in bytes between rows. A fixed value
+/// type inside `EdgetamFrame` (no `size` field): it never changes; a new frame layout would
+/// extend `EdgetamFrame` instead.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamPlane {
@@ -60,12 +62,21 @@ pub struct EdgetamPlane {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamFrame {
+    /// `sizeof(EdgetamFrame)`: which version of this struct the caller holds, so a later
+    /// version can add fields.
+    pub size: usize,
     /// An `EdgetamPixelFormat` value.
     pub format: i32,
     pub width: u32,
     pub height: u32,
     /// `planes[0]` for packed and gray formats, Y + UV for NV12, Y + U + V for I420.
     pub planes: [EdgetamPlane; 3],
+}
+
+// SAFETY: repr(C), `size: usize` first.
+unsafe impl VersionedStruct for EdgetamFrame {
+    const C_NAME: &'static str = "EdgetamFrame";
+    const MIN_SIZE: usize = std::mem::size_of::<Self>();
 }
 
 /// Borrows the caller's planes as a [`Frame`] after checking everything a slice needs: the

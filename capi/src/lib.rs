@@ -60,6 +60,30 @@ pub extern "C" fn edgetam_version() -> *const c_char {
     error::guard_value(c"unknown".as_ptr(), || VERSION.as_ptr())
 }
 
+/// The library's version as one number, `MAJOR * 1000000 + MINOR * 1000 + PATCH` (what
+/// `EDGETAM_VERSION_NUMBER` is for the header), for `edgetam_version_compatible()` in
+/// edgetam.h: a program checks at run time that the library it loaded is one its header
+/// describes.
+///
+/// Thread safety: may run on several threads at once.
+#[no_mangle]
+pub extern "C" fn edgetam_version_number() -> u32 {
+    const fn parse(s: &str) -> u32 {
+        let bytes = s.as_bytes();
+        let mut i = 0;
+        let mut n = 0u32;
+        while i < bytes.len() {
+            n = n * 10 + (bytes[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    const NUMBER: u32 = parse(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
+        + parse(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
+        + parse(env!("CARGO_PKG_VERSION_PATCH"));
+    NUMBER
+}
+
 /// The CPU path models loaded on `"cpu"` run on (a static string): `"cpu "` and the instruction
 /// set of the CPU kernels, e.g. `"cpu avx512"`, `"cpu avx2"`, `"cpu neon"` or `"cpu portable"`
 /// (the widest this CPU runs, or the one `EDGETAM_ISA` caps it to). For a given model, which

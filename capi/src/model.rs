@@ -6,7 +6,10 @@ use std::sync::Arc;
 use edgetam_tracker::{EdgeTam, ModelSpec, Precision};
 
 use crate::error::{guard, CapiError, EdgetamStatus};
-use crate::ptr::{clear_out, optional_str, required_str, write_out};
+use crate::ptr::{
+    clear_out, free_handle, get, hand_out, optional_str, read_sized, require_out, required_str,
+    VersionedStruct,
+};
 
 /// A loaded model (opaque). Immutable once loaded: any number of threads may use one model at
 /// the same time, and trackers keep it alive (freeing the handle while trackers use it is fine).
@@ -16,11 +19,14 @@ pub struct EdgetamModel {
     backend: CString,
 }
 
-/// How to load a model. A zeroed struct (`EdgetamModelOptions o = {0};`) asks for the
-/// defaults: the CPU, exact f32, the checkpoint's input size.
+/// How to load a model. A zeroed struct with its size set asks for the defaults (the CPU, exact
+/// f32, the checkpoint's input size): `EdgetamModelOptions o = {0}; o.size = sizeof o;`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamModelOptions {
+    /// `sizeof(EdgetamModelOptions)`: which version of this struct the caller holds, so a later
+    /// version can add fields (those past `size` keep their defaults).
+    pub size: usize,
     /// `"cpu"`, `"cuda"` or `"cuda:N"`; NULL means `"cpu"`. CUDA needs a library built with
     /// the `cuda` feature.
     pub device: *const c_char,
@@ -31,6 +37,12 @@ pub struct EdgetamModelOptions {
     /// Side of the square model input: a multiple of 256 from 256 to 2048; 0 keeps the
     /// checkpoint's (1024 for the released EdgeTAM). Smaller is faster and less accurate.
     pub input_size: u32,
+}
+
+// SAFETY: repr(C), `size: usize` first.
+unsafe impl VersionedStruct for EdgetamModelOptions {
+    const C_NAME: &'static str = "EdgetamModelOptions";
+    const MIN_SIZE: usize = std::mem::size_of::<Self>();
 }
 
 fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamModel, CapiError> {
@@ -62,7 +74,8 @@ fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamMo
 /// Loads a model. `source` is a folder with `config.json` + `model.safetensors`, an
 /// `edgetam.pt` checkpoint, or (in a library built with the `hub` feature, the default) a
 /// Hugging Face repository id such as `"yonigozlan/EdgeTAM-hf"`, downloaded into the Hugging
-/// Face cache. `options` may be NULL (defaults). On success `*out` is a new handle to free with
+/// Face cache. `options` may be NULL (defaults); its `size` must be set
+/// (`EDGETAM_STATUS_INVALID_ARGUMENT` otherwise). On success `*out` is a new handle to free with
 /// `edgetam_model_free`; on failure it is set to NULL. A precision that cannot run here (`"bf16"`
 /// without AVX512-BF16) is `EDGETAM_STATUS_PRECISION_UNAVAILABLE`, its message naming why.
 ///
@@ -76,7 +89,8 @@ fn load(source: &str, options: Option<&EdgetamModelOptions>) -> Result<EdgetamMo
 ///
 /// # Safety
 /// `source` is a NUL-terminated string; `options` is NULL or points to an
-/// `EdgetamModelOptions`; `out` points to writable storage for a pointer.
+/// `EdgetamModelOptions` of `options->size` bytes; `out` points to writable storage for a
+/// pointer.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_model_load(
     source: *const c_char,
@@ -88,14 +102,15 @@ pub unsafe extern "C" fn edgetam_model_load(
         unsafe { clear_out(out) };
         // SAFETY: `source` is NULL or NUL-terminated (the caller's contract).
         let source = unsafe { required_str(source, "source") }?;
-        // SAFETY: `options` is NULL or points to a valid struct (the caller's contract).
-        let options = unsafe { options.as_ref() };
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let model = load(source, options)?;
+        let options = match options.is_null() {
+            true => None,
+            // SAFETY: non-null, and `options->size` readable bytes (the caller's contract).
+            false => Some(unsafe { read_sized(options, "options") }?),
+        };
+        require_out(out, "out")?;
+        let model = load(source, options.as_ref())?;
         // SAFETY: `out` was checked non-null and is writable (the caller's contract).
-        unsafe { write_out(out, Box::into_raw(Box::new(model))) };
+        unsafe { hand_out(out, model) };
         Ok(())
     })
 }
@@ -107,35 +122,8 @@ pub unsafe extern "C" fn edgetam_model_load(
 /// `model` is NULL or a handle from `edgetam_model_load` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_model_free(model: *mut EdgetamModel) {
-    let _ = guard(|| {
-        if !model.is_null() {
-            // SAFETY: a handle from `edgetam_model_load` (Box::into_raw), freed once.
-            drop(unsafe { Box::from_raw(model) });
-        }
-        Ok(())
-    });
-}
-
-/// The body of every model getter: `model` and `out` checked (NULL is an error), then
-/// `*out = value(model)`, inside the guard.
-///
-/// # Safety
-/// `model` is NULL or a live handle; `out` is NULL or writable.
-unsafe fn get<T>(
-    model: *const EdgetamModel,
-    out: *mut T,
-    value: impl FnOnce(&EdgetamModel) -> T,
-) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: `model` is NULL or a live handle (the caller's contract).
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { write_out(out, value(model)) };
-        Ok(())
-    })
+    // SAFETY: a handle from `edgetam_model_load` (`hand_out`), freed once (the caller's contract).
+    unsafe { free_handle(model) }
 }
 
 /// Where this model really runs: `"cpu "` and the kernels' instruction set (`"cpu avx512"`,
@@ -152,7 +140,7 @@ pub unsafe extern "C" fn edgetam_model_backend(
     out: *mut *const c_char,
 ) -> EdgetamStatus {
     // SAFETY: the caller's contract is `get`'s.
-    unsafe { get(model, out, |m| m.backend.as_ptr()) }
+    unsafe { get(model, "model", out, |m| m.backend.as_ptr()) }
 }
 
 /// The side of the square model input this model runs at (e.g. 1024, or the `input_size`
@@ -169,7 +157,7 @@ pub unsafe extern "C" fn edgetam_model_input_size(
 ) -> EdgetamStatus {
     // SAFETY: the caller's contract is `get`'s.
     unsafe {
-        get(model, out, |m| {
+        get(model, "model", out, |m| {
             u32::try_from(m.model.config().image_size).unwrap_or(u32::MAX)
         })
     }
@@ -189,7 +177,7 @@ pub unsafe extern "C" fn edgetam_model_precision(
 ) -> EdgetamStatus {
     // SAFETY: the caller's contract is `get`'s; the strings are static.
     unsafe {
-        get(model, out, |m| match m.model.precision() {
+        get(model, "model", out, |m| match m.model.precision() {
             Precision::F32 => c"f32".as_ptr(),
             Precision::Bf16 => c"bf16".as_ptr(),
         })

@@ -4,7 +4,9 @@
 use edgetam_tracker::FrameResult;
 
 use crate::error::{guard, CapiError, EdgetamStatus};
-use crate::ptr::{span, write_out};
+use crate::ptr::{
+    free_handle, get, handle, mask_span, require_out, write_out, write_sized, VersionedStruct,
+};
 
 /// One frame's results (opaque). Owned by the caller: free it with `edgetam_result_free`. It
 /// does not depend on the tracker that made it (it may outlive it) and is never modified, so
@@ -64,6 +66,7 @@ impl EdgetamResult {
         let bbox = o.bbox.unwrap_or_default();
         let side = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         EdgetamObject {
+            size: std::mem::size_of::<EdgetamObject>(),
             id: o.id,
             score: o.score,
             visible: u8::from(o.visible),
@@ -80,10 +83,15 @@ impl EdgetamResult {
 }
 
 /// One object on one frame. `mask` points into the result that filled this struct and is valid
-/// until that result is freed.
+/// until that result is freed. Set `size` before the call that fills it:
+/// `EdgetamObject o = {0}; o.size = sizeof o;`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamObject {
+    /// `sizeof(EdgetamObject)`, set by the caller: which version of this struct it holds, so a
+    /// later version can add fields. The call writes the fields that fit and sets `size` to the
+    /// bytes it wrote.
+    pub size: usize,
     /// The caller's object id.
     pub id: u32,
     /// Object-score logit: the object is visible when it is > 0.
@@ -107,13 +115,32 @@ pub struct EdgetamObject {
     pub mask: *const u8,
 }
 
-/// Borrows a live result.
+// SAFETY: repr(C), `size: usize` first.
+unsafe impl VersionedStruct for EdgetamObject {
+    const C_NAME: &'static str = "EdgetamObject";
+    const MIN_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// The body of the calls that fill an `EdgetamObject`: `result` and `out` checked (NULL is an
+/// error, the result first), then the object `pick` chooses written into `*out`, inside the
+/// guard.
 ///
 /// # Safety
-/// `result` is NULL or a live handle.
-unsafe fn result_ref<'a>(result: *const EdgetamResult) -> Result<&'a EdgetamResult, CapiError> {
-    // SAFETY: the caller's contract.
-    unsafe { result.as_ref() }.ok_or(CapiError::Null("result"))
+/// `result` is NULL or a live handle; `out` is NULL or an `EdgetamObject` whose `size` is set,
+/// `out->size` writable bytes.
+unsafe fn write_object(
+    result: *const EdgetamResult,
+    out: *mut EdgetamObject,
+    pick: impl FnOnce(&EdgetamResult) -> Result<&ObjectOut, CapiError>,
+) -> EdgetamStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let r = unsafe { handle(result, "result") }?;
+        require_out(out, "out")?;
+        let o = pick(r)?;
+        // SAFETY: non-null, `out->size` writable bytes (the caller's contract).
+        unsafe { write_sized(out, r.view(o), "out") }
+    })
 }
 
 /// The frame the result is for: its index in the stream (0-based, restarting at a tracker
@@ -130,7 +157,7 @@ pub unsafe extern "C" fn edgetam_result_frame(
 ) -> EdgetamStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let r = unsafe { result_ref(result) }?;
+        let r = unsafe { handle(result, "result") }?;
         for (out, value) in [(width, r.width), (height, r.height)] {
             if !out.is_null() {
                 // SAFETY: non-null and writable (the caller's contract).
@@ -155,67 +182,47 @@ pub unsafe extern "C" fn edgetam_result_count(
     result: *const EdgetamResult,
     out: *mut usize,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let r = unsafe { result_ref(result) }?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        // SAFETY: non-null and writable (the caller's contract).
-        unsafe { write_out(out, r.objects.len()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `get`'s.
+    unsafe { get(result, "result", out, |r| r.objects.len()) }
 }
 
 /// The `index`-th object (0 <= index < count). `EDGETAM_STATUS_INVALID_ARGUMENT` past the end.
 ///
 /// # Safety
-/// `result` is NULL or a live handle; `out` is NULL or writable.
+/// `result` is NULL or a live handle; `out` is NULL or an `EdgetamObject` whose `size` is set,
+/// `out->size` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_result_object(
     result: *const EdgetamResult,
     index: usize,
     out: *mut EdgetamObject,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let r = unsafe { result_ref(result) }?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let o = r.objects.get(index).ok_or_else(|| {
-            CapiError::InvalidArgument(format!(
-                "object index {index} is past the end: the result has {} object(s)",
-                r.objects.len()
-            ))
-        })?;
-        // SAFETY: non-null and writable (the caller's contract).
-        unsafe { write_out(out, r.view(o)) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `write_object`'s.
+    unsafe {
+        write_object(result, out, |r| {
+            r.objects.get(index).ok_or_else(|| {
+                CapiError::InvalidArgument(format!(
+                    "object index {index} is past the end: the result has {} object(s)",
+                    r.objects.len()
+                ))
+            })
+        })
+    }
 }
 
 /// The object with id `object_id`; `EDGETAM_STATUS_UNKNOWN_OBJECT` if the result has none.
 ///
 /// # Safety
-/// `result` is NULL or a live handle; `out` is NULL or writable.
+/// `result` is NULL or a live handle; `out` is NULL or an `EdgetamObject` whose `size` is set,
+/// `out->size` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_result_find(
     result: *const EdgetamResult,
     object_id: u32,
     out: *mut EdgetamObject,
 ) -> EdgetamStatus {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let r = unsafe { result_ref(result) }?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let o = r.find(object_id)?;
-        // SAFETY: non-null and writable (the caller's contract).
-        unsafe { write_out(out, r.view(o)) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is `write_object`'s.
+    unsafe { write_object(result, out, |r| r.find(object_id)) }
 }
 
 /// Copies object `object_id`'s mask (0/1 bytes) into the caller's buffer, rows `stride` bytes
@@ -234,20 +241,11 @@ pub unsafe extern "C" fn edgetam_result_copy_mask(
 ) -> EdgetamStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let r = unsafe { result_ref(result) }?;
-        if dst.is_null() {
-            return Err(CapiError::Null("dst"));
-        }
+        let r = unsafe { handle(result, "result") }?;
+        require_out(dst, "dst")?;
         let o = r.find(object_id)?;
         let (w, h) = (r.width as usize, r.height as usize);
-        if stride < w {
-            return Err(CapiError::InvalidArgument(format!(
-                "a mask {w} pixels wide needs a row stride of at least {w} bytes, got {stride}"
-            )));
-        }
-        let needed = span(h, stride, w).ok_or_else(|| {
-            CapiError::InvalidArgument(format!("stride {stride} x {h} rows overflows"))
-        })?;
+        let needed = mask_span(w, h, stride)?;
         if len < needed {
             return Err(CapiError::BufferTooSmall {
                 what: format!("a {w}x{h} mask with row stride {stride}"),
@@ -276,11 +274,7 @@ pub unsafe extern "C" fn edgetam_result_copy_mask(
 /// `result` is NULL or a handle from a track/refresh call not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_result_free(result: *mut EdgetamResult) {
-    let _ = guard(|| {
-        if !result.is_null() {
-            // SAFETY: a handle made by Box::into_raw in `tracker.rs`, freed once.
-            drop(unsafe { Box::from_raw(result) });
-        }
-        Ok(())
-    });
+    // SAFETY: a handle from a track or refresh call (`hand_out` in `tracker.rs`), freed once
+    // (the caller's contract).
+    unsafe { free_handle(result) }
 }

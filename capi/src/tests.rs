@@ -22,6 +22,24 @@ fn last_error() -> String {
         .into_owned()
 }
 
+/// An `EdgetamObject` to fill, its `size` set as C callers set it.
+fn empty_object() -> EdgetamObject {
+    EdgetamObject {
+        size: std::mem::size_of::<EdgetamObject>(),
+        id: 0,
+        score: 0.0,
+        visible: 0,
+        has_box: 0,
+        prompted: 0,
+        iou: 0.0,
+        bbox: [0; 4],
+        area: 0,
+        mask_width: 0,
+        mask_height: 0,
+        mask: ptr::null(),
+    }
+}
+
 #[test]
 fn version_and_status_names() {
     // SAFETY: static NUL-terminated strings.
@@ -30,6 +48,61 @@ fn version_and_status_names() {
     // SAFETY: as above.
     let name = unsafe { CStr::from_ptr(edgetam_status_name(EdgetamStatus::Limit as i32)) };
     assert_eq!(name.to_str().ok(), Some("EDGETAM_STATUS_LIMIT"));
+    let number = edgetam_version_number();
+    let parts: Vec<u32> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().expect("numeric version"))
+        .collect();
+    assert_eq!(number, parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]);
+}
+
+/// Versioned structs: a `size` below the struct's (a caller that forgot to set it) is refused
+/// with a message naming the struct; a larger one (a newer header) is read when its extra bytes
+/// are zero and refused when they set unknown fields; an output struct gets the fields that fit
+/// and its `size` set to the bytes written.
+#[test]
+fn struct_sizes_are_checked() {
+    let source = c"/nonexistent-edgetam-model";
+    let mut model = ptr::null_mut();
+    let mut options = EdgetamModelOptions {
+        size: 0,
+        device: ptr::null(),
+        precision: ptr::null(),
+        input_size: 0,
+    };
+    // SAFETY: valid strings, options and out-pointer.
+    let status = unsafe { edgetam_model_load(source.as_ptr(), &options, &mut model) };
+    assert_eq!(status, EdgetamStatus::InvalidArgument);
+    let expected = format!(
+        "options->size is 0: set it to sizeof(EdgetamModelOptions) ({} bytes in edgetam.h {})",
+        std::mem::size_of::<EdgetamModelOptions>(),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(last_error(), expected);
+
+    // A newer header's options: this struct followed by one more field.
+    #[repr(C)]
+    struct Newer {
+        options: EdgetamModelOptions,
+        extra: u64,
+    }
+    let size = std::mem::size_of::<Newer>();
+    options.size = size;
+    let mut newer = Newer { options, extra: 0 };
+    // SAFETY: `newer` spans `size` bytes and starts with the options.
+    let status = unsafe { edgetam_model_load(source.as_ptr(), &newer.options, &mut model) };
+    // Read (the extra field is zero): the load fails on the missing model, not the struct.
+    assert_eq!(status, EdgetamStatus::Model, "{}", last_error());
+    newer.extra = 1;
+    // SAFETY: as above.
+    let status = unsafe { edgetam_model_load(source.as_ptr(), &newer.options, &mut model) };
+    assert_eq!(status, EdgetamStatus::InvalidArgument);
+    assert!(
+        last_error().contains("sets fields libedgetam"),
+        "{}",
+        last_error()
+    );
+    assert!(model.is_null());
 }
 
 #[test]
@@ -51,6 +124,7 @@ fn load_with_precision(precision: &CStr) -> (EdgetamStatus, Option<String>) {
     let model_dir = std::ffi::CString::new(fixtures().join("model").to_string_lossy().into_owned())
         .expect("path");
     let options = EdgetamModelOptions {
+        size: std::mem::size_of::<EdgetamModelOptions>(),
         device: ptr::null(),
         precision: precision.as_ptr(),
         input_size: 256,
@@ -119,6 +193,7 @@ fn overhead_of_the_c_abi() {
     let model_dir = std::ffi::CString::new(fixtures().join("model").to_string_lossy().into_owned())
         .expect("path");
     let options = EdgetamModelOptions {
+        size: std::mem::size_of::<EdgetamModelOptions>(),
         device: ptr::null(),
         precision: ptr::null(),
         input_size: 256,
@@ -170,6 +245,7 @@ fn overhead_of_the_c_abi() {
             .and_then(|t| t.to_vec1::<u8>())
             .expect("frame");
         let frame = EdgetamFrame {
+            size: std::mem::size_of::<EdgetamFrame>(),
             format: EdgetamPixelFormat::Rgb8 as i32,
             width: w as u32,
             height: h as u32,
@@ -210,14 +286,12 @@ fn overhead_of_the_c_abi() {
             run_c();
             r
         };
-        let mut o = std::mem::MaybeUninit::<EdgetamObject>::uninit();
-        // SAFETY: live result, writable out.
+        let mut o = empty_object();
+        // SAFETY: live result, writable out with its size set.
         assert_eq!(
-            unsafe { edgetam_result_object(result, 0, o.as_mut_ptr()) },
+            unsafe { edgetam_result_object(result, 0, &mut o) },
             EdgetamStatus::Ok
         );
-        // SAFETY: filled by the successful call above.
-        let o = unsafe { o.assume_init() };
         assert_eq!(o.score.to_bits(), r.objects[0].score.to_bits());
         // SAFETY: the mask spans width * height bytes of the live result.
         let mask = unsafe { std::slice::from_raw_parts(o.mask, w * h) };
@@ -255,6 +329,7 @@ fn overhead_of_the_c_abi() {
     );
     let rgb = vec![7u8; 3 * w * h];
     let mut frame_empty = EdgetamFrame {
+        size: std::mem::size_of::<EdgetamFrame>(),
         format: EdgetamPixelFormat::Rgb8 as i32,
         width: w as u32,
         height: h as u32,

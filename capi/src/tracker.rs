@@ -1,11 +1,13 @@
 //! The tracker handle: one per video stream, with its objects, prompts and memories.
 
-use edgetam_tracker::{limits, Mask, Point, PointLabel, Prompt, Tracker};
+use edgetam_tracker::{limits, Mask, ObjectPrompt, Point, PointLabel, Prompt, Tracker};
 
 use crate::error::{guard, CapiError, EdgetamStatus};
 use crate::frame::{borrow_frame, EdgetamFrame};
 use crate::model::EdgetamModel;
-use crate::ptr::{bytes, clear_out, span, write_out};
+use crate::ptr::{
+    bytes, clear_out, free_handle, hand_out, handle, mask_span, read_sized, require_out, write_out,
+};
 use crate::result::EdgetamResult;
 
 /// The `frame` of a prompt call meaning "the next frame to be tracked".
@@ -21,7 +23,9 @@ pub struct EdgetamTracker {
     poisoned: bool,
 }
 
-/// A box prompt in frame pixels: `x0 < x1`, `y0 < y1`, inside the frame.
+/// A box prompt in frame pixels: `x0 < x1`, `y0 < y1`, inside the frame. A fixed value type
+/// (passed by value, no `size` field): it never changes; a new kind of prompt would be a new
+/// type and function.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamBox {
@@ -31,7 +35,8 @@ pub struct EdgetamBox {
     pub y1: f32,
 }
 
-/// A point prompt in frame pixels.
+/// A point prompt in frame pixels. A fixed value type (passed in arrays, no `size` field): it
+/// never changes; a new kind of prompt would be a new type and function.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EdgetamPoint {
@@ -60,23 +65,27 @@ unsafe fn with_tracker<T>(
     out
 }
 
-/// The frame index a prompt call names.
-fn prompt_frame(t: &Tracker, frame: u64) -> u64 {
-    if frame == EDGETAM_NEXT_FRAME {
-        t.next_frame_index()
-    } else {
-        frame
-    }
-}
-
-/// Returns a result handle through `out`.
+/// The body of every prompt call: `prompt` for object `object_id` on `frame`, the index a
+/// prompt call names (`EDGETAM_NEXT_FRAME`: the next frame to be tracked).
 ///
 /// # Safety
-/// `out` is non-null and writable.
-unsafe fn hand_out(out: *mut *mut EdgetamResult, r: edgetam_tracker::FrameResult) {
-    let boxed = Box::into_raw(Box::new(EdgetamResult::new(r)));
-    // SAFETY: the caller's contract.
-    unsafe { write_out(out, boxed) };
+/// As [`with_tracker`].
+unsafe fn add_prompt(
+    tracker: *mut EdgetamTracker,
+    object_id: u32,
+    frame: u64,
+    prompt: impl Into<ObjectPrompt>,
+) -> Result<(), CapiError> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        with_tracker(tracker, |t| {
+            let frame = match frame {
+                EDGETAM_NEXT_FRAME => t.next_frame_index(),
+                index => index,
+            };
+            Ok(t.add_prompt(object_id, frame, prompt)?)
+        })
+    }
 }
 
 /// A new tracker on `model` (which it keeps alive). Free it with `edgetam_tracker_free`.
@@ -94,16 +103,14 @@ pub unsafe extern "C" fn edgetam_tracker_new(
         // SAFETY: the caller's contract.
         unsafe { clear_out(out) };
         // SAFETY: the caller's contract.
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
-        let handle = EdgetamTracker {
+        let model = unsafe { handle(model, "model") }?;
+        require_out(out, "out")?;
+        let tracker = EdgetamTracker {
             tracker: Tracker::new(model.model.clone()),
             poisoned: false,
         };
         // SAFETY: non-null and writable (the caller's contract).
-        unsafe { write_out(out, Box::into_raw(Box::new(handle))) };
+        unsafe { hand_out(out, tracker) };
         Ok(())
     })
 }
@@ -114,13 +121,9 @@ pub unsafe extern "C" fn edgetam_tracker_new(
 /// `tracker` is NULL or a handle from `edgetam_tracker_new` not freed before and not in use.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_tracker_free(tracker: *mut EdgetamTracker) {
-    let _ = guard(|| {
-        if !tracker.is_null() {
-            // SAFETY: made by Box::into_raw in `edgetam_tracker_new`, freed once.
-            drop(unsafe { Box::from_raw(tracker) });
-        }
-        Ok(())
-    });
+    // SAFETY: a handle from `edgetam_tracker_new` (`hand_out`), freed once and not in use (the
+    // caller's contract).
+    unsafe { free_handle(tracker) }
 }
 
 /// Tracks every object on the next frame and returns the frame's results in `*out` (a new
@@ -128,8 +131,9 @@ pub unsafe extern "C" fn edgetam_tracker_free(tracker: *mut EdgetamTracker) {
 /// first. With no object yet the model is not run and the result has no objects.
 ///
 /// # Safety
-/// `tracker` is NULL or a live handle not used concurrently; `frame` is NULL or a frame whose
-/// used planes hold the bytes its size and strides describe; `out` is NULL or writable.
+/// `tracker` is NULL or a live handle not used concurrently; `frame` is NULL or an
+/// `EdgetamFrame` of `frame->size` bytes whose used planes hold the bytes its width, height and
+/// strides describe; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn edgetam_tracker_track(
     tracker: *mut EdgetamTracker,
@@ -139,17 +143,18 @@ pub unsafe extern "C" fn edgetam_tracker_track(
     guard(|| {
         // SAFETY: the caller's contract.
         unsafe { clear_out(out) };
-        // SAFETY: the caller's contract.
-        let frame = unsafe { frame.as_ref() }.ok_or(CapiError::Null("frame"))?;
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
+        if frame.is_null() {
+            return Err(CapiError::Null("frame"));
         }
+        // SAFETY: non-null, `frame->size` readable bytes (the caller's contract).
+        let frame = unsafe { read_sized(frame, "frame") }?;
+        require_out(out, "out")?;
         // SAFETY: the caller's contract on the planes' bytes.
-        let frame = unsafe { borrow_frame(frame) }?;
+        let frame = unsafe { borrow_frame(&frame) }?;
         // SAFETY: the caller's contract.
         let result = unsafe { with_tracker(tracker, |t| Ok(t.track_frame(&frame)?)) }?;
         // SAFETY: checked non-null above.
-        unsafe { hand_out(out, result) };
+        unsafe { hand_out(out, EdgetamResult::new(result)) };
         Ok(())
     })
 }
@@ -167,13 +172,11 @@ pub unsafe extern "C" fn edgetam_tracker_refresh(
     guard(|| {
         // SAFETY: the caller's contract.
         unsafe { clear_out(out) };
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
+        require_out(out, "out")?;
         // SAFETY: the caller's contract.
         let result = unsafe { with_tracker(tracker, |t| Ok(t.refresh()?)) }?;
         // SAFETY: checked non-null above.
-        unsafe { hand_out(out, result) };
+        unsafe { hand_out(out, EdgetamResult::new(result)) };
         Ok(())
     })
 }
@@ -195,11 +198,7 @@ pub unsafe extern "C" fn edgetam_tracker_add_box(
     guard(|| {
         let prompt = Prompt::from_box(bbox.x0, bbox.y0, bbox.x1, bbox.y1);
         // SAFETY: the caller's contract.
-        unsafe {
-            with_tracker(tracker, |t| {
-                Ok(t.add_prompt(object_id, prompt_frame(t, frame), prompt)?)
-            })
-        }
+        unsafe { add_prompt(tracker, object_id, frame, prompt) }
     })
 }
 
@@ -254,11 +253,7 @@ pub unsafe extern "C" fn edgetam_tracker_add_points(
             });
         }
         // SAFETY: the caller's contract.
-        unsafe {
-            with_tracker(tracker, |t| {
-                Ok(t.add_prompt(object_id, prompt_frame(t, frame), prompt)?)
-            })
-        }
+        unsafe { add_prompt(tracker, object_id, frame, prompt) }
     })
 }
 
@@ -287,14 +282,7 @@ pub unsafe extern "C" fn edgetam_tracker_add_mask(
                 "mask is {w}x{h}: both sides must be at least one pixel"
             )));
         }
-        if stride < w {
-            return Err(CapiError::InvalidArgument(format!(
-                "a mask {w} pixels wide needs a row stride of at least {w} bytes, got {stride}"
-            )));
-        }
-        let len = span(h, stride, w).ok_or_else(|| {
-            CapiError::InvalidArgument(format!("stride {stride} x {h} rows overflows"))
-        })?;
+        let len = mask_span(w, h, stride)?;
         // SAFETY: `len` readable bytes (the caller's contract).
         let src = unsafe { bytes(mask, len, "mask") }?;
         let mut data = Vec::with_capacity(w * h);
@@ -303,11 +291,7 @@ pub unsafe extern "C" fn edgetam_tracker_add_mask(
         }
         let mask = Mask::new(w, h, data)?;
         // SAFETY: the caller's contract.
-        unsafe {
-            with_tracker(tracker, |t| {
-                Ok(t.add_prompt(object_id, prompt_frame(t, frame), mask)?)
-            })
-        }
+        unsafe { add_prompt(tracker, object_id, frame, mask) }
     })
 }
 
@@ -359,9 +343,7 @@ pub unsafe extern "C" fn edgetam_tracker_next_frame(
     out: *mut u64,
 ) -> EdgetamStatus {
     guard(|| {
-        if out.is_null() {
-            return Err(CapiError::Null("out"));
-        }
+        require_out(out, "out")?;
         // SAFETY: the caller's contract.
         let next = unsafe { with_tracker(tracker, |t| Ok(t.next_frame_index())) }?;
         // SAFETY: non-null and writable (the caller's contract).

@@ -19,9 +19,10 @@ use edgetam_tracker::ObjectPrompt;
 use futures::Stream;
 
 use crate::error::{Error, Result};
-use crate::pipeline::{FrameId, FrameOutput, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::queue::PushError;
 use crate::stats::Stats;
+use crate::types::{FrameId, FrameOutput};
 use edgetam_tracker::Frame;
 
 /// An async handle on a [`Pipeline`]; clone it to push from one task and read from another.

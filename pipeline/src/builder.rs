@@ -10,15 +10,12 @@ use edgetam_tracker::util::panic_message;
 use edgetam_tracker::{EdgeTam, Tracker, TrackerOptions};
 
 use crate::error::{Error, Result};
-use crate::pipeline::{DropPolicy, FrameId, Pipeline, ResolutionChange};
+use crate::pipeline::Pipeline;
 use crate::producer::{Producer, Stage2};
 use crate::queue::{Msg, Shared};
 use crate::track_stage::TrackStage;
-
-/// Called on the tracking thread with each frame's id before the frame is tracked (tests use
-/// it to hold the worker or inject a panic).
-#[doc(hidden)]
-pub type TrackHook = Arc<dyn Fn(FrameId) + Send + Sync>;
+use crate::types::{DropPolicy, ResolutionChange};
+use crate::workers::{make_pool, StagePool, TrackHook};
 
 /// Settings of a [`Pipeline`].
 pub struct PipelineBuilder {
@@ -30,6 +27,12 @@ pub struct PipelineBuilder {
     tracker_options: TrackerOptions,
     resolution_change: ResolutionChange,
     hook: Option<TrackHook>,
+}
+
+impl Pipeline {
+    pub fn builder(model: Arc<EdgeTam>) -> PipelineBuilder {
+        PipelineBuilder::new(model)
+    }
 }
 
 impl PipelineBuilder {
@@ -163,34 +166,6 @@ impl PipelineBuilder {
             )?);
         }
         Ok(Pipeline::start(shared, out_rx, threads))
-    }
-}
-
-/// The tracking stage's threads: its own pool (`None`: rayon's global pool), used while it
-/// tracks at most `max_objects` objects; with more it runs on the global pool.
-pub(crate) struct StagePool {
-    pub(crate) pool: Option<rayon::ThreadPool>,
-    pub(crate) max_objects: usize,
-}
-
-pub(crate) fn make_pool(threads: Option<usize>) -> Result<Option<rayon::ThreadPool>> {
-    threads
-        .map(|n| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .map_err(|e| Error::Config(format!("thread pool: {e}")))
-        })
-        .transpose()
-}
-
-pub(crate) fn install<R: Send>(
-    pool: &Option<rayon::ThreadPool>,
-    f: impl FnOnce() -> R + Send,
-) -> R {
-    match pool {
-        Some(p) => p.install(f),
-        None => f(),
     }
 }
 

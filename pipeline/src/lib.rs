@@ -44,8 +44,10 @@
 //! * Feature `opencv`: `Frame::from_mat` borrows an OpenCV `Mat` (BGR, BGRA or GRAY,
 //!   continuous or not) without copying; see `MatError` for what is refused.
 
+pub mod association;
 mod builder;
 mod error;
+mod id_mask;
 mod mask_file;
 mod palette;
 mod pipeline;
@@ -54,21 +56,24 @@ mod prompt_spec;
 mod queue;
 mod stats;
 mod track_stage;
+mod types;
+mod workers;
 
 #[cfg(feature = "tokio")]
 mod async_pipeline;
 
 #[cfg(feature = "tokio")]
 pub use async_pipeline::AsyncPipeline;
-pub use builder::{PipelineBuilder, TrackHook};
+pub use builder::PipelineBuilder;
 #[cfg(feature = "opencv")]
 pub use edgetam_tracker::{opencv, MatError};
 pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
+pub use id_mask::{compose_id_mask, IdMaskError};
 pub use mask_file::{decode_mask, read_mask, MaskFileError};
 pub use palette::OBJECT_COLORS;
-pub use pipeline::{
-    DropPolicy, FrameId, FrameOutput, Outcome, Pipeline, ResolutionChange, Results,
-};
+pub use pipeline::{Pipeline, Results};
 pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError, MAX_SPECS};
 pub use stats::{LatencySummary, StageTimings, Stats};
+pub use types::{DropPolicy, FrameId, FrameOutput, Outcome, ResolutionChange};
+pub use workers::TrackHook;

@@ -7,84 +7,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
-use edgetam_tracker::{EdgeTam, Frame, FrameResult, ObjectPrompt};
+use edgetam_tracker::{Frame, ObjectPrompt};
 
-use crate::builder::PipelineBuilder;
 use crate::error::{Error, Result};
 use crate::queue::{lock, Command, Msg, PushError, Shared};
-use crate::stats::{StageTimings, Stats};
-
-/// Id of a pushed frame: 0, 1, 2, ... over every frame [`Pipeline::push`] accepted, dropped
-/// ones included (it does not restart on [`Pipeline::reset`]).
-pub type FrameId = u64;
-
-/// What [`Pipeline::push`] does when the input queue already holds `queue_capacity` frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DropPolicy {
-    /// Wait for room (files, offline processing). The default.
-    #[default]
-    Block,
-    /// Drop the oldest queued frame and queue the new one (live cameras: track the freshest).
-    DropOldest,
-    /// Drop the new frame.
-    DropNewest,
-}
-
-/// What the pipeline does with a frame whose size differs from the previous frame's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ResolutionChange {
-    /// Reset tracking before the frame (every object forgotten, frame numbering restarted),
-    /// with a `tracing::warn!`; commands queued before the frame apply after the reset. The
-    /// default: a camera that changes mode is a new scene.
-    #[default]
-    Reset,
-    /// Keep tracking, as a serially driven [`edgetam_tracker::Tracker`] does (its memory does not depend on the
-    /// frame size; prompts are checked against the new size).
-    Continue,
-}
-
-/// What became of one frame.
-#[derive(Debug)]
-pub enum Outcome {
-    /// The tracker's result.
-    Tracked(FrameResult),
-    /// Dropped by the [`DropPolicy`]; the tracker never saw it.
-    Dropped,
-    /// The tracker failed on this frame (for instance a queued prompt outside the frame); the
-    /// tracker's state is as after a failed [`edgetam_tracker::Tracker::track`] and the stream goes on.
-    Failed(Error),
-}
-
-/// The result of one pushed frame. Results come out in push order, one per accepted frame.
-#[derive(Debug)]
-pub struct FrameOutput {
-    pub id: FrameId,
-    /// The frame's timestamp, as pushed.
-    pub timestamp: Option<Duration>,
-    pub outcome: Outcome,
-    /// The frame's size differs from the previous frame's (since the last reset). With
-    /// [`ResolutionChange::Reset`] (the default) tracking was reset before it (every object
-    /// forgotten, frame numbering restarted), then the commands queued before it were applied.
-    pub resolution_changed: bool,
-    /// Commands queued before this frame that the tracker rejected when they were applied
-    /// (for instance a prompt outside the current frame).
-    pub command_errors: Vec<Error>,
-    pub timings: StageTimings,
-}
-
-impl FrameOutput {
-    /// The tracker's result, if the frame was tracked.
-    pub fn result(&self) -> Option<&FrameResult> {
-        match &self.outcome {
-            Outcome::Tracked(r) => Some(r),
-            _ => None,
-        }
-    }
-
-    pub fn is_dropped(&self) -> bool {
-        matches!(self.outcome, Outcome::Dropped)
-    }
-}
+use crate::stats::Stats;
+use crate::types::{FrameId, FrameOutput};
 
 /// A running pipeline. `push`, the commands and the `recv` family take `&self`: share it
 /// (e.g. in an [`Arc`]) between a camera thread and a consumer thread.
@@ -102,11 +30,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn builder(model: Arc<EdgeTam>) -> PipelineBuilder {
-        PipelineBuilder::new(model)
-    }
-
-    /// The handle of threads [`PipelineBuilder::build`] started.
+    /// The handle of threads [`crate::PipelineBuilder::build`] started.
     pub(crate) fn start(
         shared: Arc<Shared>,
         results: Receiver<Msg>,

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use edgetam_tracker::{EdgeTam, Frame, ImageEmbedding};
 
-use crate::builder::install;
 use crate::error::{Error, Result};
-use crate::pipeline::FrameId;
 use crate::queue::{Command, Item, Msg, Shared};
 use crate::stats::StageTimings;
+use crate::types::FrameId;
+use crate::workers::install;
 
 /// A frame converted (and maybe encoded) on its way to the tracking stage.
 pub(crate) struct Prepared {

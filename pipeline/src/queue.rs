@@ -9,8 +9,8 @@ use crossbeam_channel::Sender;
 use edgetam_tracker::{Frame, ObjectPrompt};
 
 use crate::error::{Error, Result};
-use crate::pipeline::{DropPolicy, FrameId, FrameOutput, Outcome};
 use crate::stats::{StageTimings, StatsCollector};
+use crate::types::{DropPolicy, FrameId, FrameOutput, Outcome};
 
 /// What the workers send to the output queue: a result, or the error that stopped them.
 pub(crate) type Msg = Result<FrameOutput>;

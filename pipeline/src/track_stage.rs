@@ -6,12 +6,12 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use edgetam_tracker::{Frame, FrameResult, ImageEmbedding, Tracker};
 
-use crate::builder::{install, StagePool, TrackHook};
 use crate::error::{Error, Result};
-use crate::pipeline::{FrameId, FrameOutput, Outcome, ResolutionChange};
 use crate::producer::{prepare, Prepared, Stage2};
 use crate::queue::{dropped_output, Command, Item, Msg, Shared};
 use crate::stats::StageTimings;
+use crate::types::{FrameId, FrameOutput, Outcome, ResolutionChange};
+use crate::workers::{install, StagePool, TrackHook};
 
 /// The tracking stage: holds the tracker, applies commands, tracks frames.
 pub(crate) struct TrackStage {

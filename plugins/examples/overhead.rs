@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use edgetam_pipeline::{Frame, Pipeline};
 use edgetam_tracker::{EdgeTam, Prompt};
 
+mod common;
+
 fn fixture_model() -> PathBuf {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = std::env::temp_dir().join(format!("edgetam-overhead-{}", std::process::id()));
@@ -34,23 +36,6 @@ fn fixture_model() -> PathBuf {
     dir
 }
 
-fn frame(t: usize, w: usize, h: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            let inside = (x as i64 - (w / 3 + 4 * t) as i64).abs() < (w / 10) as i64
-                && (y as i64 - (h / 2) as i64).abs() < (h / 8) as i64;
-            let base = ((x * 7 + y * 3 + t * 5) % 64) as u8;
-            v.extend_from_slice(&if inside {
-                [200, 60 + base, 40]
-            } else {
-                [base, 90, 120 + base]
-            });
-        }
-    }
-    v
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -64,12 +49,8 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(fixture_model);
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
-    let (w, h) = args
-        .get(2)
-        .and_then(|s| s.split_once('x'))
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        .unwrap_or((640usize, 360usize));
-    let frames: Vec<Vec<u8>> = (0..n).map(|t| frame(t, w, h)).collect();
+    let (w, h) = common::size_arg(args.get(2), (640, 360));
+    let frames: Vec<Vec<u8>> = (0..n).map(|t| common::frame(t, w, h)).collect();
     let bx = [
         w as f32 / 3.0 - w as f32 / 10.0,
         h as f32 * 3.0 / 8.0,

@@ -14,22 +14,7 @@ use std::time::Instant;
 use gst::prelude::*;
 use gst_check::Harness;
 
-fn frame(t: usize, w: usize, h: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            let inside = (x as i64 - (w / 3 + 4 * t) as i64).abs() < (w / 10) as i64
-                && (y as i64 - (h / 2) as i64).abs() < (h / 8) as i64;
-            let base = ((x * 7 + y * 3 + t * 5) % 64) as u8;
-            v.extend_from_slice(&if inside {
-                [200, 60 + base, 40]
-            } else {
-                [base, 90, 120 + base]
-            });
-        }
-    }
-    v
-}
+mod common;
 
 /// Seconds to push `frames` buffers through an element with `props` and drain it.
 fn round(model: &str, frames: &[Vec<u8>], (w, h): (usize, usize), props: &[(&str, &str)]) -> f64 {
@@ -88,14 +73,10 @@ fn main() {
         .unwrap_or_else(|| repo.join("fixtures/model").display().to_string());
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(12);
     let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
-    let (w, h) = args
-        .get(3)
-        .and_then(|s| s.split_once('x'))
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        .unwrap_or((640, 360));
+    let (w, h) = common::size_arg(args.get(3), (640, 360));
     gst::init().expect("gst");
     gstedgetam::plugin_register_static().expect("plugin");
-    let frames: Vec<Vec<u8>> = (0..n).map(|t| frame(t, w, h)).collect();
+    let frames: Vec<Vec<u8>> = (0..n).map(|t| common::frame(t, w, h)).collect();
     let configs: [(&str, &[(&str, &str)]); 2] = [
         ("serial (1 in flight)", &[]),
         (

@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{decisions, frames, init, library, model_dir, H, PROMPTS, W};
+use common::{
+    buffer, decisions, detector_props, frames, init, library, model_dir, objects, H, PROMPTS, W,
+};
 use gst::prelude::*;
 use gst_analytics::prelude::*;
 use gst_analytics::{
@@ -36,17 +38,6 @@ fn harness(props: &[(&str, &str)]) -> (Harness, gst::Bus) {
     (h, bus)
 }
 
-/// Buffer `i` at 100 ms per buffer.
-fn buffer(data: &[u8], i: u64) -> gst::Buffer {
-    let mut b = gst::Buffer::from_slice(data.to_vec());
-    {
-        let b = b.get_mut().expect("writable");
-        b.set_pts(gst::ClockTime::from_mseconds(100 * i));
-        b.set_duration(gst::ClockTime::from_mseconds(100));
-    }
-    b
-}
-
 /// The `edgetam-tracking` messages waiting on the bus.
 fn tracking_messages(bus: &gst::Bus) -> Vec<gst::Structure> {
     let mut out = Vec::new();
@@ -56,14 +47,6 @@ fn tracking_messages(bus: &gst::Bus) -> Vec<gst::Structure> {
         }
     }
     out
-}
-
-fn objects(s: &gst::Structure) -> Vec<gst::Structure> {
-    s.get::<gst::Array>("objects")
-        .expect("objects")
-        .iter()
-        .map(|v| v.get::<gst::Structure>().expect("object"))
-        .collect()
 }
 
 /// An object-detection Mtd: label, x, y, w, h, confidence.
@@ -314,6 +297,11 @@ fn tracking_mtds_keep_first_seen_advance_last_seen_and_mark_lost_objects() {
         "the fixture's visibility"
     );
     let t = |ms: u64| gst::ClockTime::from_mseconds(ms);
+    // On both white buffers: both objects lost, last seen on buffer 1.
+    let lost: Vec<TrackSummary> = vec![
+        (1, t(0), t(100), true, false),
+        (2, t(100), t(100), true, false),
+    ];
     let summary: Vec<Vec<TrackSummary>> = got
         .iter()
         .map(|tracks| {
@@ -333,14 +321,8 @@ fn tracking_mtds_keep_first_seen_advance_last_seen_and_mark_lost_objects() {
                 (1, t(0), t(100), false, true),
                 (2, t(100), t(100), true, false)
             ],
-            vec![
-                (1, t(0), t(100), true, false),
-                (2, t(100), t(100), true, false)
-            ],
-            vec![
-                (1, t(0), t(100), true, false),
-                (2, t(100), t(100), true, false)
-            ],
+            lost.clone(),
+            lost,
             vec![
                 (1, t(0), t(400), false, true),
                 (2, t(100), t(400), false, true)
@@ -398,12 +380,7 @@ fn with_detections(
 #[test]
 fn upstream_od_mtds_prompt_objects_and_relate_to_their_tracks() {
     let frames = frames(3);
-    let (mut h, bus) = harness(&[
-        ("prompt-source", "analytics"),
-        ("prompt-roi-types", "face,person"),
-        ("min-confidence", "0.5"),
-        ("post-messages", "true"),
-    ]);
+    let (mut h, bus) = harness(&detector_props("analytics"));
     // Buffer 0: a face (new object 1); a car (not a class asked for); a weak face (< 0.5).
     let (b0, up0) = with_detections(
         &frames[0],

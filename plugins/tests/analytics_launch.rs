@@ -13,7 +13,7 @@ use std::process::Output;
 use std::str::FromStr;
 
 use common::launch::{text, with_plugin};
-use common::{frames, library, model_dir, repo, tmp, write_pngs, H, PROMPTS, W};
+use common::{frames, model_dir, pngs_and_library, repo, tmp, H, PROMPTS, W};
 
 /// `gst-launch-1.0` with `pipeline` split on whitespace.
 fn launch(pipeline: &str) -> Output {
@@ -44,10 +44,7 @@ fn render(dir: &std::path::Path, middle: &str, out: &std::path::Path) -> Vec<Vec
 /// API's boxes) and nowhere else.
 #[test]
 fn objectdetectionoverlay_draws_the_tracked_boxes() {
-    let frames = frames(4);
-    let expected = library(&frames, PROMPTS);
-    let dir = tmp("overlay-pngs");
-    write_pngs(&frames, &dir);
+    let (dir, expected) = pngs_and_library(4, "overlay-pngs");
     let plain = render(&dir, "identity", &dir.join("plain.rgb"));
     let drawn = render(
         &dir,

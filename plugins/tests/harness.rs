@@ -3,7 +3,11 @@
 
 mod common;
 
-use common::{decisions, frames, init, library, model_dir, tmp, H, PROMPTS, W};
+use common::{
+    buffer, decisions, detector_props, frames, init, library, model_dir, objects, tmp, H, PROMPTS,
+    W,
+};
+use edgetam_tracker::{FrameResult, ObjectResult};
 use gst::prelude::*;
 use gst_check::Harness;
 use gstedgetam::results;
@@ -17,27 +21,39 @@ fn harness(props: &[(&str, &str)]) -> (Harness, gst::Bus) {
     harness_with(props, "")
 }
 
-/// Same with `before` (a launch fragment, e.g. `videoconvert ! video/x-raw,format=NV12 !`)
-/// in front of the element.
-fn harness_with(props: &[(&str, &str)], before: &str) -> (Harness, gst::Bus) {
+/// [`harness`] tracking the fixture's [`PROMPTS`] with `post-messages` and `more`, fed RGB
+/// frames of the fixture's size.
+fn tracking(more: &[(&str, &str)]) -> (Harness, gst::Bus) {
+    let props = [&[("prompts", PROMPTS), ("post-messages", "true")], more].concat();
+    let (mut h, bus) = harness(&props);
+    h.set_src_caps_str(&caps("RGB", W, H));
+    (h, bus)
+}
+
+/// A new `edgetamtrack` with `props` set from strings, in order.
+fn element(props: &[(&str, &str)]) -> gst::Element {
     init();
-    let mut desc = format!(
-        "{before} edgetamtrack name=track model=\"{}\"",
-        model_dir().display()
-    );
+    let el = gst::ElementFactory::make("edgetamtrack")
+        .build()
+        .expect("element");
     for (k, v) in props {
-        desc.push_str(&format!(" {k}=\"{v}\""));
+        el.set_property_from_str(k, v);
     }
+    el
+}
+
+/// [`harness`] with `before` (a launch fragment, e.g. `videoconvert ! video/x-raw,format=NV12 !`)
+/// in front of the element (nothing: the element alone).
+fn harness_with(props: &[(&str, &str)], before: &str) -> (Harness, gst::Bus) {
+    let model = model_dir().display().to_string();
     let h = if before.is_empty() {
-        let el = gst::ElementFactory::make("edgetamtrack")
-            .property("model", model_dir().display().to_string())
-            .build()
-            .expect("element");
-        for (k, v) in props {
-            el.set_property_from_str(k, v);
-        }
+        let el = element(&[&[("model", model.as_str())], props].concat());
         Harness::with_element(&el, Some("sink"), Some("src"))
     } else {
+        let mut desc = format!("{before} edgetamtrack name=track model=\"{model}\"");
+        for (k, v) in props {
+            desc.push_str(&format!(" {k}=\"{v}\""));
+        }
         Harness::new_parse(&desc)
     };
     let bus = gst::Bus::new();
@@ -51,16 +67,6 @@ fn track_element(h: &Harness) -> gst::Element {
         Some(bin) => bin.by_name("track").expect("track element"),
         None => el,
     }
-}
-
-fn buffer(data: &[u8], i: u64) -> gst::Buffer {
-    let mut b = gst::Buffer::from_slice(data.to_vec());
-    {
-        let b = b.get_mut().expect("writable");
-        b.set_pts(gst::ClockTime::from_mseconds(100 * i));
-        b.set_duration(gst::ClockTime::from_mseconds(100));
-    }
-    b
 }
 
 /// One `edgetam` ROI meta: id, rect (x, y, w, h), param structure.
@@ -107,16 +113,74 @@ fn drain(bus: &gst::Bus) -> (Vec<gst::Structure>, Vec<String>) {
 
 /// Object ids of a tracking message.
 fn ids(s: &gst::Structure) -> Vec<u32> {
-    s.get::<gst::Array>("objects")
-        .expect("objects")
+    objects(s)
         .iter()
-        .map(|v| {
-            v.get::<gst::Structure>()
-                .expect("object")
-                .get::<u32>("id")
-                .expect("id")
-        })
+        .map(|o| o.get::<u32>("id").expect("id"))
         .collect()
+}
+
+/// The object ids of each tracking message waiting on the bus.
+fn ids_per_message(bus: &gst::Bus) -> Vec<Vec<u32>> {
+    tracking_messages(bus).iter().map(ids).collect()
+}
+
+/// The `frame` of each tracking message.
+fn frames_of(msgs: &[gst::Structure]) -> Vec<u64> {
+    msgs.iter()
+        .map(|m| m.get::<u64>("frame").expect("frame"))
+        .collect()
+}
+
+/// The PTS of each buffer, in ms.
+fn pts_ms(bufs: &[gst::Buffer]) -> Vec<u64> {
+    bufs.iter()
+        .map(|b| b.pts().expect("pts").mseconds())
+        .collect()
+}
+
+/// The ROIs of `buf` against the library's result `want` on frame `i`: one per visible object
+/// with a box, in order, each with that object's id and the library's mask. The pairs, for
+/// more checks.
+fn rois_match<'a>(
+    buf: &gst::BufferRef,
+    want: &'a FrameResult,
+    i: usize,
+) -> Vec<(Roi, &'a ObjectResult)> {
+    let got = rois(buf);
+    let visible: Vec<&ObjectResult> = want
+        .objects
+        .iter()
+        .filter(|o| o.visible && o.bbox.is_some())
+        .collect();
+    assert_eq!(
+        got.len(),
+        visible.len(),
+        "frame {i}: one ROI per visible object"
+    );
+    for ((id, _, p), o) in got.iter().zip(&visible) {
+        assert_eq!(*id as u32, o.id, "frame {i}");
+        let mask = p.get::<gst::Buffer>("mask").expect("mask");
+        assert_eq!(
+            &*mask.map_readable().expect("map"),
+            &o.mask.data[..],
+            "frame {i} object {}: mask differs from the library's",
+            o.id
+        );
+    }
+    got.into_iter().zip(visible).collect()
+}
+
+/// `add-box` on `el`: object `id`, box `[x0, y0, x1, y1]`; whether it was taken.
+fn add_box(el: &gst::Element, id: u32, [x0, y0, x1, y1]: [f64; 4]) -> bool {
+    el.emit_by_name::<bool>("add-box", &[&id, &x0, &y0, &x1, &y1])
+}
+
+/// A flush (start, stop, new segment) into the harness.
+fn flush(h: &mut Harness) {
+    assert!(h.push_event(gst::event::FlushStart::new()));
+    assert!(h.push_event(gst::event::FlushStop::new(true)));
+    let segment = gst::FormattedSegment::<gst::ClockTime>::new();
+    assert!(h.push_event(gst::event::Segment::new(&segment)));
 }
 
 fn messages_of(bus: &gst::Bus, kind: gst::MessageType) -> Vec<String> {
@@ -135,52 +199,26 @@ fn messages_of(bus: &gst::Bus, kind: gst::MessageType) -> Vec<String> {
 fn metas_and_masks_equal_the_library_api() {
     let frames = frames(4);
     let expected = library(&frames, PROMPTS);
-    let (mut h, bus) = harness(&[("prompts", PROMPTS), ("post-messages", "true")]);
-    h.set_src_caps_str(&caps("RGB", W, H));
+    let (mut h, bus) = tracking(&[]);
     for (i, (f, want)) in frames.iter().zip(&expected).enumerate() {
         let out = h.push_and_pull(buffer(f, i as u64)).expect("buffer out");
         // overlay=none: pixels untouched.
         assert_eq!(&*out.map_readable().expect("map"), &f[..]);
-        let got = rois(&out);
-        let visible: Vec<_> = want
-            .objects
-            .iter()
-            .filter(|o| o.visible && o.bbox.is_some())
-            .collect();
+        let matched = rois_match(&out, want, i);
         assert!(
-            !visible.is_empty(),
+            !matched.is_empty(),
             "frame {i}: the fixture must show an object"
         );
-        assert_eq!(
-            got.len(),
-            visible.len(),
-            "frame {i}: one ROI per visible object"
-        );
-        for ((id, rect, p), o) in got.iter().zip(&visible) {
-            assert_eq!(*id as u32, o.id);
+        for ((_, rect, p), o) in &matched {
             let [x0, y0, x1, y1] = o.bbox.expect("box");
-            assert_eq!(
-                *rect,
-                (
-                    x0 as u32,
-                    y0 as u32,
-                    (x1 - x0 + 1) as u32,
-                    (y1 - y0 + 1) as u32
-                )
-            );
+            let size = ((x1 - x0 + 1) as u32, (y1 - y0 + 1) as u32);
+            assert_eq!(*rect, (x0 as u32, y0 as u32, size.0, size.1));
             assert_eq!(p.get::<u32>("id").expect("id"), o.id);
             assert_eq!(p.get::<f32>("score").expect("score"), o.score);
             assert!(p.get::<bool>("visible").expect("visible"));
             assert_eq!(p.get::<u64>("area").expect("area"), o.area as u64);
             assert_eq!(p.get::<u32>("mask-width").expect("mw"), W as u32);
             assert_eq!(p.get::<u32>("mask-height").expect("mh"), H as u32);
-            let mask = p.get::<gst::Buffer>("mask").expect("mask");
-            assert_eq!(
-                &*mask.map_readable().expect("map"),
-                &o.mask.data[..],
-                "frame {i} object {}: mask differs from the library's",
-                o.id
-            );
         }
     }
     let msgs = tracking_messages(&bus);
@@ -210,39 +248,19 @@ fn metas_and_masks_equal_the_library_api() {
 /// same masks as the library with the 256 config of the same weights.
 #[test]
 fn input_size_property_runs_the_checkpoint_at_that_size() {
-    init();
     let frames = frames(3);
     let expected = library(&frames, PROMPTS);
-    let el = gst::ElementFactory::make("edgetamtrack")
-        .property(
-            "model",
-            common::repo().join("fixtures/model").display().to_string(),
-        )
-        .property("input-size", 256u32)
-        .property("prompts", PROMPTS)
-        .build()
-        .expect("element");
+    let checkpoint = common::repo().join("fixtures/model");
+    let el = element(&[
+        ("model", checkpoint.to_str().expect("utf-8")),
+        ("input-size", "256"),
+        ("prompts", PROMPTS),
+    ]);
     let mut h = Harness::with_element(&el, Some("sink"), Some("src"));
     h.set_src_caps_str(&caps("RGB", W, H));
     for (i, (f, want)) in frames.iter().zip(&expected).enumerate() {
         let out = h.push_and_pull(buffer(f, i as u64)).expect("buffer out");
-        let got = rois(&out);
-        let visible: Vec<_> = want
-            .objects
-            .iter()
-            .filter(|o| o.visible && o.bbox.is_some())
-            .collect();
-        assert_eq!(got.len(), visible.len(), "frame {i}");
-        for ((id, _, p), o) in got.iter().zip(&visible) {
-            assert_eq!(*id as u32, o.id);
-            let mask = p.get::<gst::Buffer>("mask").expect("mask");
-            assert_eq!(
-                &*mask.map_readable().expect("map"),
-                &o.mask.data[..],
-                "frame {i} object {}",
-                o.id
-            );
-        }
+        rois_match(&out, want, i);
     }
     assert_eq!(el.property::<u32>("input-size"), 256);
 }
@@ -266,16 +284,9 @@ fn other_formats_are_tracked() {
             let msgs = tracking_messages(&bus);
             assert_eq!(msgs.len(), 1, "{format}");
             assert_eq!(ids(&msgs[0]), [1, 2], "{format}");
-            let visible = msgs[0]
-                .get::<gst::Array>("objects")
-                .expect("objects")
+            let visible = objects(&msgs[0])
                 .iter()
-                .filter(|v| {
-                    v.get::<gst::Structure>()
-                        .expect("s")
-                        .get::<bool>("visible")
-                        .expect("v")
-                })
+                .filter(|o| o.get::<bool>("visible").expect("visible"))
                 .count();
             assert_eq!(rois(&out).len(), visible, "{format}");
         }
@@ -308,7 +319,7 @@ fn signals_add_remove_and_reset() {
     let (mut h, bus) = harness(&[("post-messages", "true")]);
     let el = track_element(&h);
     // Before the first buffer (the element is already started by the harness).
-    assert!(el.emit_by_name::<bool>("add-box", &[&1u32, &35f64, &57f64, &93f64, &108f64]));
+    assert!(add_box(&el, 1, [35.0, 57.0, 93.0, 108.0]));
     h.set_src_caps_str(&caps("RGB", W, H));
     h.push_and_pull(buffer(&frames[0], 0)).expect("out");
     assert!(el.emit_by_name::<bool>("add-points", &[&2u32, &"65,50,1;125,119,0"]));
@@ -320,8 +331,10 @@ fn signals_add_remove_and_reset() {
     assert!(el.emit_by_name::<bool>("reset", &[]));
     let out = h.push_and_pull(buffer(&frames[4], 4)).expect("out");
     assert!(rois(&out).is_empty());
-    let got: Vec<Vec<u32>> = tracking_messages(&bus).iter().map(ids).collect();
-    assert_eq!(got, [vec![1], vec![1, 2], vec![2], vec![2, 3], vec![]]);
+    assert_eq!(
+        ids_per_message(&bus),
+        [vec![1], vec![1, 2], vec![2], vec![2, 3], vec![]]
+    );
     // Bad input is refused with a warning, never a panic.
     assert!(!el.emit_by_name::<bool>("add-points", &[&2u32, &"1,2"]));
     assert!(!el.emit_by_name::<bool>("add-prompt", &[&"obj=1;bx=1,2,3,4"]));
@@ -337,14 +350,13 @@ fn max_objects_refuses_new_objects() {
     let frames = frames(1);
     let (mut h, bus) = harness(&[("max-objects", "1"), ("post-messages", "true")]);
     let el = track_element(&h);
-    assert!(el.emit_by_name::<bool>("add-box", &[&1u32, &35f64, &57f64, &93f64, &108f64]));
-    assert!(!el.emit_by_name::<bool>("add-box", &[&2u32, &5f64, &5f64, &50f64, &50f64]));
+    assert!(add_box(&el, 1, [35.0, 57.0, 93.0, 108.0]));
+    assert!(!add_box(&el, 2, [5.0, 5.0, 50.0, 50.0]));
     // Refining an existing object is fine.
-    assert!(el.emit_by_name::<bool>("add-box", &[&1u32, &30f64, &50f64, &90f64, &100f64]));
+    assert!(add_box(&el, 1, [30.0, 50.0, 90.0, 100.0]));
     h.set_src_caps_str(&caps("RGB", W, H));
     h.push_and_pull(buffer(&frames[0], 0)).expect("out");
-    let got: Vec<Vec<u32>> = tracking_messages(&bus).iter().map(ids).collect();
-    assert_eq!(got, [vec![1]]);
+    assert_eq!(ids_per_message(&bus), [vec![1]]);
 }
 
 #[test]
@@ -359,8 +371,7 @@ fn custom_events_carry_prompts_both_ways() {
         "obj=2;point=65,50,1;point=125,119,0"
     )));
     h.push_and_pull(buffer(&frames[2], 2)).expect("out");
-    let got: Vec<Vec<u32>> = tracking_messages(&bus).iter().map(ids).collect();
-    assert_eq!(got, [vec![], vec![1], vec![1, 2]]);
+    assert_eq!(ids_per_message(&bus), [vec![], vec![1], vec![1, 2]]);
     // The element consumes its events: nothing reached the harness's source.
     while let Some(ev) = h.try_pull_upstream_event() {
         assert!(ev
@@ -372,14 +383,10 @@ fn custom_events_carry_prompts_both_ways() {
 #[test]
 fn flush_and_eos() {
     let frames = frames(4);
-    let (mut h, bus) = harness(&[("prompts", PROMPTS), ("post-messages", "true")]);
-    h.set_src_caps_str(&caps("RGB", W, H));
+    let (mut h, bus) = tracking(&[]);
     h.push_and_pull(buffer(&frames[0], 0)).expect("out");
     h.push_and_pull(buffer(&frames[1], 1)).expect("out");
-    assert!(h.push_event(gst::event::FlushStart::new()));
-    assert!(h.push_event(gst::event::FlushStop::new(true)));
-    let segment = gst::FormattedSegment::<gst::ClockTime>::new();
-    assert!(h.push_event(gst::event::Segment::new(&segment)));
+    flush(&mut h);
     // Tracking goes on after the flush (the objects are kept).
     let out = h.push_and_pull(buffer(&frames[2], 2)).expect("out");
     assert!(!rois(&out).is_empty());
@@ -399,8 +406,7 @@ fn flush_and_eos() {
 #[test]
 fn new_resolution_resets_tracking_with_a_warning() {
     let frames = frames(2);
-    let (mut h, bus) = harness(&[("prompts", PROMPTS), ("post-messages", "true")]);
-    h.set_src_caps_str(&caps("RGB", W, H));
+    let (mut h, bus) = tracking(&[]);
     h.push_and_pull(buffer(&frames[0], 0)).expect("out");
     h.set_src_caps_str(&caps("RGB", 120, 80));
     let small = vec![90u8; 120 * 80 * 3];
@@ -418,13 +424,7 @@ fn new_resolution_resets_tracking_with_a_warning() {
 }
 
 fn start_error(props: &[(&str, &str)]) -> String {
-    init();
-    let el = gst::ElementFactory::make("edgetamtrack")
-        .build()
-        .expect("element");
-    for (k, v) in props {
-        el.set_property_from_str(k, v);
-    }
+    let el = element(props);
     let bus = gst::Bus::new();
     el.set_bus(Some(&bus));
     assert!(
@@ -475,11 +475,21 @@ fn missing_or_bad_model_fails_the_state_change() {
     // AVX512-BF16, or EDGETAM_ISA below avx512: gst_launch.rs checks that refusal).
 }
 
-/// Pushes `bufs`, then EOS, and pulls every buffer that comes out (in order).
-fn push_all_then_eos(h: &mut Harness, bufs: Vec<gst::Buffer>) -> Vec<gst::Buffer> {
+/// Buffers `range` of `frames` (each with the PTS of its index).
+fn buffers(frames: &[Vec<u8>], range: std::ops::Range<usize>) -> Vec<gst::Buffer> {
+    range.map(|i| buffer(&frames[i], i as u64)).collect()
+}
+
+/// Pushes `bufs` in order.
+fn push(h: &mut Harness, bufs: Vec<gst::Buffer>) {
     for b in bufs {
         h.push(b).expect("push");
     }
+}
+
+/// Pushes `bufs`, then EOS, and pulls every buffer that comes out (in order).
+fn push_all_then_eos(h: &mut Harness, bufs: Vec<gst::Buffer>) -> Vec<gst::Buffer> {
+    push(h, bufs);
     assert!(h.push_event(gst::event::Eos::new()));
     let mut out = Vec::new();
     while let Some(b) = h.try_pull() {
@@ -507,29 +517,24 @@ fn wait_tracker() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
 }
 
+/// A live-mode [`tracking`] harness given buffers `first` of `frames`, once its tracker has
+/// finished with them (buffer 0 tracked; those that came while it was busy wait behind it).
+fn live_after(frames: &[Vec<u8>], first: std::ops::Range<usize>) -> (Harness, gst::Bus) {
+    let (mut h, bus) = tracking(&[("live-mode", "true")]);
+    push(&mut h, buffers(frames, first));
+    wait_tracker();
+    (h, bus)
+}
+
 #[test]
 fn live_mode_tracks_when_free_and_passes_the_rest_in_order() {
     let frames = frames(5);
-    let (mut h, bus) = harness(&[
-        ("prompts", PROMPTS),
-        ("post-messages", "true"),
-        ("live-mode", "true"),
-    ]);
-    h.set_src_caps_str(&caps("RGB", W, H));
     // Buffer 0 goes to the tracker; 1-3 arrive while it is busy and wait behind it, untracked.
-    h.push(buffer(&frames[0], 0)).expect("push");
-    for (i, f) in frames.iter().enumerate().take(4).skip(1) {
-        h.push(buffer(f, i as u64)).expect("push");
-    }
-    wait_tracker();
+    let (mut h, bus) = live_after(&frames, 0..4);
     // The tracker is free again: buffer 4 is tracked; 0-3 leave, in order.
-    let out = push_all_then_eos(&mut h, vec![buffer(&frames[4], 4)]);
+    let out = push_all_then_eos(&mut h, buffers(&frames, 4..5));
     assert_eq!(out.len(), 5);
-    let pts: Vec<u64> = out
-        .iter()
-        .map(|b| b.pts().expect("pts").mseconds())
-        .collect();
-    assert_eq!(pts, [0, 100, 200, 300, 400], "input order");
+    assert_eq!(pts_ms(&out), [0, 100, 200, 300, 400], "input order");
     let fresh: Vec<Option<bool>> = out.iter().map(|b| stale(b).map(|s| !s)).collect();
     assert_eq!(fresh[0], Some(true));
     assert_eq!(fresh[4], Some(true));
@@ -540,12 +545,7 @@ fn live_mode_tracks_when_free_and_passes_the_rest_in_order() {
             assert_eq!(p.get::<u64>("frame").expect("frame"), 0);
         }
     }
-    let msgs = tracking_messages(&bus);
-    let tracked: Vec<u64> = msgs
-        .iter()
-        .map(|m| m.get::<u64>("frame").expect("frame"))
-        .collect();
-    assert_eq!(tracked, [0, 4]);
+    assert_eq!(frames_of(&tracking_messages(&bus)), [0, 4]);
     let el = track_element(&h);
     assert_eq!(el.property::<u64>("tracked"), 2);
     assert_eq!(el.property::<u64>("skipped"), 3);
@@ -554,29 +554,17 @@ fn live_mode_tracks_when_free_and_passes_the_rest_in_order() {
 #[test]
 fn live_mode_passes_buffers_it_cannot_finish_in_time() {
     let frames = frames(4);
-    let (mut h, bus) = harness(&[
-        ("prompts", PROMPTS),
-        ("post-messages", "true"),
-        ("live-mode", "true"),
-    ]);
-    h.set_src_caps_str(&caps("RGB", W, H));
     // The test clock stands at 0: buffers 0 and 2 are on time (1 waits behind 0).
-    h.push(buffer(&frames[0], 0)).expect("push");
-    h.push(buffer(&frames[1], 1)).expect("push");
-    wait_tracker();
-    h.push(buffer(&frames[2], 2)).expect("push");
+    let (mut h, bus) = live_after(&frames, 0..2);
+    push(&mut h, buffers(&frames, 2..3));
     wait_tracker();
     // 10 s later, buffer 3 (running time 0.3 s) cannot be out within the element's latency.
     h.set_time(gst::ClockTime::from_seconds(10))
         .expect("set time");
-    let out = push_all_then_eos(&mut h, vec![buffer(&frames[3], 3)]);
+    let out = push_all_then_eos(&mut h, buffers(&frames, 3..4));
     assert_eq!(out.len(), 4);
     assert_eq!(stale(&out[3]), Some(true), "a late buffer passes untracked");
-    let tracked: Vec<u64> = tracking_messages(&bus)
-        .iter()
-        .map(|m| m.get::<u64>("frame").expect("frame"))
-        .collect();
-    assert_eq!(tracked, [0, 2]);
+    assert_eq!(frames_of(&tracking_messages(&bus)), [0, 2]);
     // The latency it reports covers a tracked buffer's stay plus a frame.
     let ours = track_element(&h).property::<u64>("latency");
     assert!(ours >= 100_000_000, "{ours}");
@@ -585,14 +573,7 @@ fn live_mode_passes_buffers_it_cannot_finish_in_time() {
 #[test]
 fn live_mode_passes_buffers_qos_reports_late() {
     let frames = frames(3);
-    let (mut h, bus) = harness(&[
-        ("prompts", PROMPTS),
-        ("post-messages", "true"),
-        ("live-mode", "true"),
-    ]);
-    h.set_src_caps_str(&caps("RGB", W, H));
-    h.push(buffer(&frames[0], 0)).expect("push");
-    wait_tracker();
+    let (mut h, bus) = live_after(&frames, 0..1);
     // Downstream says: everything before 10 s is late.
     let qos = gst::event::Qos::new(
         gst::QOSType::Underflow,
@@ -601,7 +582,7 @@ fn live_mode_passes_buffers_qos_reports_late() {
         gst::ClockTime::from_seconds(1),
     );
     assert!(h.push_upstream_event(qos));
-    let out = push_all_then_eos(&mut h, vec![buffer(&frames[1], 1)]);
+    let out = push_all_then_eos(&mut h, buffers(&frames, 1..2));
     assert_eq!(out.len(), 2);
     assert_eq!(stale(&out[0]), Some(false));
     assert_eq!(stale(&out[1]), Some(true), "a late buffer passes untracked");
@@ -612,39 +593,17 @@ fn live_mode_passes_buffers_qos_reports_late() {
 fn frames_in_flight_overlap_and_keep_order_and_results() {
     let frames = frames(5);
     let expected = library(&frames, PROMPTS);
-    let (mut h, bus) = harness(&[
-        ("prompts", PROMPTS),
-        ("post-messages", "true"),
-        ("encoder-ahead", "true"),
-    ]);
-    h.set_src_caps_str(&caps("RGB", W, H));
+    let (mut h, bus) = tracking(&[("encoder-ahead", "true")]);
     // Two buffers in flight (the default with encoder-ahead): buffer 0 leaves once 1 is in.
     h.push(buffer(&frames[0], 0)).expect("push");
     assert_eq!(h.buffers_received(), 0);
     h.push(buffer(&frames[1], 1)).expect("push");
     assert_eq!(h.buffers_received(), 1);
-    let out = push_all_then_eos(
-        &mut h,
-        (2..5).map(|i| buffer(&frames[i], i as u64)).collect(),
-    );
+    let out = push_all_then_eos(&mut h, buffers(&frames, 2..5));
     assert_eq!(out.len(), 5);
+    assert_eq!(pts_ms(&out), [0, 100, 200, 300, 400]);
     for (i, (b, want)) in out.iter().zip(&expected).enumerate() {
-        assert_eq!(b.pts().expect("pts").mseconds(), 100 * i as u64);
-        let got = rois(b);
-        let visible: Vec<_> = want
-            .objects
-            .iter()
-            .filter(|o| o.visible && o.bbox.is_some())
-            .collect();
-        assert_eq!(got.len(), visible.len(), "frame {i}");
-        for ((_, _, p), o) in got.iter().zip(&visible) {
-            let mask = p.get::<gst::Buffer>("mask").expect("mask");
-            assert_eq!(
-                &*mask.map_readable().expect("map"),
-                &o.mask.data[..],
-                "frame {i}"
-            );
-        }
+        rois_match(b, want, i);
     }
     assert_eq!(tracking_messages(&bus).len(), 5);
 }
@@ -652,25 +611,13 @@ fn frames_in_flight_overlap_and_keep_order_and_results() {
 #[test]
 fn flush_discards_buffers_in_flight() {
     let frames = frames(4);
-    let (mut h, bus) = harness(&[
-        ("prompts", PROMPTS),
-        ("post-messages", "true"),
-        ("max-in-flight", "2"),
-    ]);
-    h.set_src_caps_str(&caps("RGB", W, H));
-    h.push(buffer(&frames[0], 0)).expect("push");
-    h.push(buffer(&frames[1], 1)).expect("push");
+    let (mut h, bus) = tracking(&[("max-in-flight", "2")]);
+    push(&mut h, buffers(&frames, 0..2));
     assert_eq!(h.buffers_received(), 1);
     // Buffer 1 is in flight: the flush discards it.
-    assert!(h.push_event(gst::event::FlushStart::new()));
-    assert!(h.push_event(gst::event::FlushStop::new(true)));
-    let segment = gst::FormattedSegment::<gst::ClockTime>::new();
-    assert!(h.push_event(gst::event::Segment::new(&segment)));
-    let out = push_all_then_eos(&mut h, vec![buffer(&frames[2], 2), buffer(&frames[3], 3)]);
-    let pts: Vec<u64> = out
-        .iter()
-        .map(|b| b.pts().expect("pts").mseconds())
-        .collect();
+    flush(&mut h);
+    let out = push_all_then_eos(&mut h, buffers(&frames, 2..4));
+    let pts = pts_ms(&out);
     // The first buffer was pulled before (harness queue), then 2 and 3 after the flush.
     assert_eq!(pts.last(), Some(&300));
     assert!(!pts.contains(&100), "{pts:?}");
@@ -703,13 +650,8 @@ fn with_rois(data: &[u8], i: u64, rois: &[Det]) -> gst::Buffer {
 #[test]
 fn roi_meta_detections_start_and_match_objects() {
     let frames = frames(4);
-    let (mut h, bus) = harness(&[
-        ("prompt-source", "roi-meta"),
-        ("prompt-roi-types", "face,person"),
-        ("min-confidence", "0.5"),
-        ("post-messages", "true"),
-        ("max-objects", "2"),
-    ]);
+    let (mut h, bus) =
+        harness(&[&detector_props("roi-meta")[..], &[("max-objects", "2")]].concat());
     h.set_src_caps_str(&caps("RGB", W, H));
     // Frame 0: a face (new object 1), a car (not a type asked for), a weak face (below 0.5).
     let b0 = with_rois(
@@ -750,16 +692,9 @@ fn roi_meta_detections_start_and_match_objects() {
     assert_eq!(ids(&msgs[1]), [1, 2]);
     assert_eq!(decisions(&msgs[2]), [("refused".to_string(), 0)]);
     // Objects carry their detector's class; the detector's own metas stay on the buffer.
-    let labels: Vec<String> = msgs[1]
-        .get::<gst::Array>("objects")
-        .expect("objects")
+    let labels: Vec<String> = objects(&msgs[1])
         .iter()
-        .map(|v| {
-            v.get::<gst::Structure>()
-                .expect("o")
-                .get::<String>("label")
-                .expect("label")
-        })
+        .map(|o| o.get::<String>("label").expect("label"))
         .collect();
     assert_eq!(labels, ["face", "person"]);
     let faces = o0

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{init, model_dir};
+use common::{assert_nothing_alive, init, model_dir};
 use gst::prelude::*;
 use gstedgetam::{results, TestFault};
 
@@ -79,15 +79,7 @@ fn element_under_load_leaks_nothing_and_never_hangs() {
         tail(&out),
         tail(&err)
     );
-    assert!(
-        err.contains("object-alive.class"),
-        "the leaks tracer did not run"
-    );
-    let alive: Vec<&str> = err
-        .lines()
-        .filter(|l| l.contains("object-alive, type-name=") && !l.contains("format string"))
-        .collect();
-    assert!(alive.is_empty(), "alive at exit: {alive:#?}");
+    assert_nothing_alive(&err);
     // The only panics are the four injected ones (each line after "panicked at" is its
     // message).
     let lines: Vec<&str> = err.lines().collect();
@@ -142,15 +134,17 @@ fn launch(desc: &str) -> gst::Pipeline {
 
 /// Counts buffers leaving `element`'s src pad.
 fn count_buffers(element: &gst::Element) -> Arc<AtomicU64> {
+    count_buffers_on(&element.static_pad("src").expect("src pad"))
+}
+
+/// Counts buffers passing `pad`.
+fn count_buffers_on(pad: &gst::Pad) -> Arc<AtomicU64> {
     let n = Arc::new(AtomicU64::new(0));
     let c = n.clone();
-    element.static_pad("src").expect("src pad").add_probe(
-        gst::PadProbeType::BUFFER,
-        move |_, _| {
-            c.fetch_add(1, Ordering::SeqCst);
-            gst::PadProbeReturn::Ok
-        },
-    );
+    pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+        c.fetch_add(1, Ordering::SeqCst);
+        gst::PadProbeReturn::Ok
+    });
     n
 }
 
@@ -208,18 +202,7 @@ fn state_cycles(rng: &mut Rng, cycles: u64) -> u64 {
     ));
     let track = p.by_name("t").expect("t");
     let sink = p.by_name("sink").expect("sink");
-    let seen = {
-        let n = Arc::new(AtomicU64::new(0));
-        let c = n.clone();
-        sink.static_pad("sink").expect("sink pad").add_probe(
-            gst::PadProbeType::BUFFER,
-            move |_, _| {
-                c.fetch_add(1, Ordering::SeqCst);
-                gst::PadProbeReturn::Ok
-            },
-        );
-        n
-    };
+    let seen = count_buffers_on(&sink.static_pad("sink").expect("sink pad"));
     let bus = p.bus().expect("bus");
     let mut flowed = 0;
     for cycle in 0..cycles {
@@ -544,25 +527,29 @@ fn expect_error(bus: &gst::Bus, what: &str) -> String {
     }
 }
 
-/// Phase 4: failures mid-stream become element errors; the pipeline still stops.
-fn faults() {
-    let desc = |live: bool| {
-        format!(
-            "videotestsrc pattern=ball is-live={live} ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 \
-             ! edgetamtrack name=t model=\"{}\" prompts=\"obj=1;frame=0;box=10,10,40,40\" \
-             live-mode={live} ! fakesink sync={live}",
-            model()
-        )
-    };
-    // The tracking worker panics on its 6th frame.
-    let p = launch(&desc(false));
+/// A pipeline for a fault: a ball at 30 fps (live or not) through `edgetamtrack` (live mode
+/// when live) into a fakesink; the pipeline, the element and the pipeline's bus.
+fn fault_pipeline(live: bool) -> (gst::Pipeline, gstedgetam::EdgeTamTrack, gst::Bus) {
+    let p = launch(&format!(
+        "videotestsrc pattern=ball is-live={live} ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 \
+         ! edgetamtrack name=t model=\"{}\" prompts=\"obj=1;frame=0;box=10,10,40,40\" \
+         live-mode={live} ! fakesink sync={live}",
+        model()
+    ));
     let t = p
         .by_name("t")
         .expect("t")
         .downcast::<gstedgetam::EdgeTamTrack>()
         .expect("edgetamtrack");
-    t.inject_fault(TestFault::WorkerPanicAt(5));
     let bus = p.bus().expect("bus");
+    (p, t, bus)
+}
+
+/// Phase 4: failures mid-stream become element errors; the pipeline still stops.
+fn faults() {
+    // The tracking worker panics on its 6th frame.
+    let (p, t, bus) = fault_pipeline(false);
+    t.inject_fault(TestFault::WorkerPanicAt(5));
     set_state(&p, gst::State::Playing, "worker fault");
     let e = expect_error(&bus, "worker fault");
     assert!(e.contains("pipeline worker failed"), "{e}");
@@ -570,13 +557,7 @@ fn faults() {
     println!("stress: worker panic mid-stream -> element error: {e}");
 
     // The live output thread panics.
-    let p = launch(&desc(true));
-    let t = p
-        .by_name("t")
-        .expect("t")
-        .downcast::<gstedgetam::EdgeTamTrack>()
-        .expect("edgetamtrack");
-    let bus = p.bus().expect("bus");
+    let (p, t, bus) = fault_pipeline(true);
     set_state(&p, gst::State::Playing, "output thread fault");
     t.inject_fault(TestFault::OutputThreadPanic);
     let e = expect_error(&bus, "output thread fault");
@@ -585,13 +566,7 @@ fn faults() {
     println!("stress: live output thread panic -> element error: {e}");
 
     // A signal handler panics: FALSE and an element error, not an abort; then a property.
-    let p = launch(&desc(false));
-    let t = p
-        .by_name("t")
-        .expect("t")
-        .downcast::<gstedgetam::EdgeTamTrack>()
-        .expect("edgetamtrack");
-    let bus = p.bus().expect("bus");
+    let (p, t, bus) = fault_pipeline(false);
     // Buffers and EOS offered to the element after the panic: it must refuse them without
     // leaking them (the bindings' own panic guard would keep them).
     let eos = Arc::new(AtomicU64::new(0));
@@ -634,13 +609,7 @@ fn faults() {
     assert!(errs.is_empty(), "restart after the signal fault: {errs:?}");
     set_state(&p, gst::State::Null, "restart after the signal fault");
     println!("stress: signal fault: buffers and EOS refused without a leak; restart tracks again");
-    let p = launch(&desc(false));
-    let t = p
-        .by_name("t")
-        .expect("t")
-        .downcast::<gstedgetam::EdgeTamTrack>()
-        .expect("edgetamtrack");
-    let bus = p.bus().expect("bus");
+    let (p, t, bus) = fault_pipeline(false);
     t.inject_fault(TestFault::PropertyPanic);
     t.set_property("overlay-alpha", 0.25f64);
     let e = expect_error(&bus, "property fault");

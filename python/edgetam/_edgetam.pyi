@@ -1,7 +1,8 @@
 """Type stubs of the compiled module `edgetam._edgetam` (re-exported by `edgetam`)."""
 
 from os import PathLike
-from typing import Iterator, Literal, Optional, Sequence, Tuple, Union
+from types import ModuleType
+from typing import Any, Iterator, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -15,10 +16,21 @@ PointArg = Union[Tuple[float, float], Tuple[float, float, int]]
 """(x, y) or (x, y, label): label 1 (default) on the object, 0 on the background."""
 
 FrameFormat = Literal["rgb", "bgr", "rgba", "rgbx", "bgra", "bgrx", "gray", "grey"]
-Frame = npt.NDArray[np.uint8]
-"""uint8 (H, W, 3) RGB/BGR, (H, W, 4) RGBA/BGRA or (H, W) gray; pixels contiguous within a row."""
+Frame = npt.NDArray[Any]
+"""uint8 (H, W, 3) RGB/BGR, (H, W, 4) RGBA/BGRA or (H, W) gray; pixels contiguous within a row.
+Typed as any ndarray (what OpenCV's stubs return): the dtype is checked when called
+(InvalidFrameError)."""
 
 MaskArg = Union[npt.NDArray[np.bool_], npt.NDArray[np.uint8]]
+
+Numbers = Union[Sequence[float], npt.NDArray[np.floating], npt.NDArray[np.integer]]
+"""Numbers as SAM 2 takes them: a list, a tuple or a numpy array."""
+
+PointsArg = Union[Sequence[Sequence[float]], npt.NDArray[np.floating], npt.NDArray[np.integer]]
+"""SAM 2's `points=`: (N, 2) pixels, one (x, y) per point."""
+
+LabelsArg = Union[Sequence[int], npt.NDArray[np.integer]]
+"""SAM 2's `labels=`: N ints, 1 on the object, 0 on the background."""
 
 def backend() -> str:
     """The CPU kernels' instruction-set path: "cpu avx512", "cpu avx2", "cpu neon" or
@@ -92,6 +104,19 @@ class Tracker:
         self, obj: int, frame: int, points: Sequence[PointArg], box: Optional[Box] = None
     ) -> None: ...
     def add_mask(self, obj: int, frame: int, mask: MaskArg) -> None: ...
+    def add_prompt(
+        self,
+        *,
+        obj_id: int,
+        frame_idx: Optional[int] = None,
+        points: Optional[PointsArg] = None,
+        labels: Optional[LabelsArg] = None,
+        box: Optional[Numbers] = None,
+        mask: Optional[MaskArg] = None,
+    ) -> None:
+        """SAM 2's keyword prompt (add_new_points_or_box / add_new_mask) on frame `frame_idx`
+        (default: the next frame): points + labels (labels default to 1), a box, both
+        together, or a mask alone."""
     def remove(self, obj: int) -> None:
         """Stops tracking `obj`; InvalidPromptError if it is not tracked."""
     def reset(self) -> None:
@@ -136,6 +161,16 @@ class Pipeline:
         self, obj: int, points: Sequence[PointArg], box: Optional[Box] = None
     ) -> None: ...
     def add_mask(self, obj: int, mask: MaskArg) -> None: ...
+    def add_prompt(
+        self,
+        *,
+        obj_id: int,
+        points: Optional[PointsArg] = None,
+        labels: Optional[LabelsArg] = None,
+        box: Optional[Numbers] = None,
+        mask: Optional[MaskArg] = None,
+    ) -> None:
+        """SAM 2's keyword prompt from the next pushed frame on (as Tracker.add_prompt)."""
     def remove(self, obj: int) -> None: ...
     def reset(self) -> None: ...
     def finish(self) -> None:
@@ -188,3 +223,16 @@ class Model:
         points: Optional[Sequence[PointArg]] = None,
         format: Optional[FrameFormat] = None,
     ) -> ObjectResult: ...
+
+class _TestingModule(ModuleType):
+    """`edgetam._edgetam._testing`: hooks for the test suite and examples/overhead.py; not API."""
+
+    def rust_track_times(
+        self, model: Model, frames: npt.NDArray[np.uint8], box: Optional[Box] = None
+    ) -> list[float]: ...
+    def result_conversion_times(
+        self, width: int, height: int, objects: int, calls: int
+    ) -> list[float]: ...
+    def panic_for_test(self) -> None: ...
+
+_testing: _TestingModule

@@ -40,12 +40,13 @@ def main() -> None:
     is_file = not isinstance(source, int) and "://" not in str(source)
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
-    writer = cv2.VideoWriter(args.out, cv2.VideoWriter_fourcc(*"mp4v"), fps, size) if args.out else None
+    writer = cv2.VideoWriter(args.out, cv2.VideoWriter.fourcc(*"mp4v"), fps, size) if args.out else None
 
     model = edgetam.Model.load(args.model, input_size=args.input_size)
     pipeline = model.pipeline(queue=1, drop="oldest", encoder_ahead=True)
     for obj, box in enumerate(args.box, start=1):
-        pipeline.add_box(obj, tuple(float(v) for v in box.split(",")))
+        x0, y0, x1, y1 = (float(v) for v in box.split(","))
+        pipeline.add_box(obj, (x0, y0, x1, y1))
 
     frames: dict[int, np.ndarray] = {}
     stop = threading.Event()
@@ -78,6 +79,7 @@ def main() -> None:
                 print(f"frame {out.id} failed: {out.error}")
                 continue
             tracked += 1
+            assert out.timestamp is not None  # every push above gives one
             latencies.append(time.perf_counter() - start - out.timestamp)
             overlay = draw(frame, out.result)
             if writer is not None:

@@ -15,7 +15,7 @@ def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else "shapes.mp4"
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     w, h, fps = 320, 240, 30
-    writer = cv2.VideoWriter(out, cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+    writer = cv2.VideoWriter(out, cv2.VideoWriter.fourcc(*"mp4v"), fps, (w, h))
     if not writer.isOpened():
         sys.exit(f"cannot write {out}")
     for i in range(n):

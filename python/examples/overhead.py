@@ -5,7 +5,7 @@
 Three measurements, medians:
 
 1. tracked calls, side by side: sequence_256's frames (240x160), one box-prompted object, the
-   Rust library's Tracker driven from a loop in Rust (`_edgetam._rust_track_times`) and
+   Rust library's Tracker driven from a loop in Rust (`_testing.rust_track_times`) and
    `tracker.track(frame)` timed with `time.perf_counter`, interleaved in rounds. The model's
    own time varies from call to call by more than the binding costs, so the difference of these
    medians is within noise; the next two isolate the binding's part.
@@ -26,11 +26,13 @@ import statistics
 import struct
 import time
 from pathlib import Path
+from typing import Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 import edgetam
-from edgetam import _edgetam
+from edgetam._edgetam import _testing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +46,9 @@ def sequence_frames() -> np.ndarray:
     return data.reshape(info["shape"])
 
 
-def python_times(model, frames, box) -> list:
+def python_times(
+    model: edgetam.Model, frames: npt.NDArray[np.uint8], box: Optional[Tuple[float, float, float, float]]
+) -> list[float]:
     tracker = model.tracker()
     if box is not None:
         tracker.add_box(1, 0, box)
@@ -69,13 +73,18 @@ def main() -> None:
     per_round = max(2, args.n // args.rounds + 1)
     tracked = frames[np.arange(per_round) % len(frames)]
     h, w = frames.shape[1:3]
-    ms = lambda t: f"{t * 1e3:.2f} ms"  # noqa: E731
-    us = lambda t: f"{t * 1e6:.2f} us"  # noqa: E731
+
+    def ms(t: float) -> str:
+        return f"{t * 1e3:.2f} ms"
+
+    def us(t: float) -> str:
+        return f"{t * 1e6:.2f} us"
+
 
     # 1. Tracked calls; the first call of each run is the prompted frame, left out.
     rust, python = [], []
     for _ in range(args.rounds):
-        rust += _edgetam._rust_track_times(model, tracked, box)[1:]
+        rust += _testing.rust_track_times(model, tracked, box)[1:]
         python += python_times(model, tracked, box)[1:]
     r, p = statistics.median(rust), statistics.median(python)
     print(f"{model.backend}, input {args.input_size}, {w}x{h} frames, 1 object")
@@ -88,7 +97,7 @@ def main() -> None:
     empty = frames[np.arange(2000) % len(frames)]
     rust, python = [], []
     for _ in range(args.rounds):
-        rust += _edgetam._rust_track_times(model, empty, None)
+        rust += _testing.rust_track_times(model, empty, None)
         python += python_times(model, empty, None)
     r, p = statistics.median(rust), statistics.median(python)
     fixed = p - r
@@ -96,7 +105,7 @@ def main() -> None:
 
     # 3. Per object: the result's conversion (mask to numpy bool).
     for cw, ch in ((w, h), (1280, 720), (1920, 1080)):
-        conv = statistics.median(_edgetam._result_conversion_times(cw, ch, 1, 200))
+        conv = statistics.median(_testing.result_conversion_times(cw, ch, 1, 200))
         print(
             f"  result conversion per object at {cw}x{ch}: {us(conv)} "
             f"-> one-object track overhead {us(fixed + conv)}"

@@ -50,12 +50,13 @@ def main() -> None:
         raise SystemExit(f"cannot open {args.video}")
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
-    writer = cv2.VideoWriter(args.out, cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+    writer = cv2.VideoWriter(args.out, cv2.VideoWriter.fourcc(*"mp4v"), fps, size)
 
     frames: dict[int, np.ndarray] = {}
     with model.pipeline(queue=4, drop="block", encoder_ahead=args.encoder_ahead) as pipeline:
         for obj, box in enumerate(args.box, start=1):
-            pipeline.add_box(obj, tuple(float(v) for v in box.split(",")))
+            x0, y0, x1, y1 = (float(v) for v in box.split(","))
+            pipeline.add_box(obj, (x0, y0, x1, y1))
 
         def read() -> None:
             n = 0

@@ -4,12 +4,12 @@
 
 use std::time::Instant;
 
-use edgetam_tracker::{Frame, FrameResult, Mask, ObjectResult, Prompt, StageTimes};
+use edgetam_tracker::{Frame, FrameResult, Mask, ObjectResult, Prompt};
 use numpy::{PyReadonlyArray4, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::errors::{detached, error, Failure, Kind};
-use crate::model::Model;
+use crate::loaded::Model;
 use crate::prompts::BoxArg;
 use crate::results::PreparedFrame;
 
@@ -19,7 +19,7 @@ use crate::results::PreparedFrame;
 /// frame and returns an empty result).
 #[pyfunction]
 #[pyo3(signature = (model, frames, r#box = None))]
-pub(crate) fn _rust_track_times(
+pub(crate) fn rust_track_times(
     py: Python<'_>,
     model: &Bound<'_, Model>,
     frames: PyReadonlyArray4<'_, u8>,
@@ -54,7 +54,7 @@ pub(crate) fn _rust_track_times(
 /// into the Python `FrameResult` (masks to `numpy.ndarray[bool]`), `n` times: the part of a
 /// tracked `track` call that grows with the frame's size and the number of objects.
 #[pyfunction]
-pub(crate) fn _result_conversion_times(
+pub(crate) fn result_conversion_times(
     py: Python<'_>,
     width: usize,
     height: usize,
@@ -72,30 +72,17 @@ pub(crate) fn _result_conversion_times(
     )
     .map_err(|e| Failure::from(edgetam_tracker::Error::from(e)).into_py(py))?;
     let data: Vec<u8> = (0..pixels).map(|i| u8::from(i % 3 == 0)).collect();
-    let object = |id| ObjectResult {
-        id,
-        low_res_logits: logits.clone(),
-        mask: Mask {
+    let object = |id| {
+        let mask = Mask {
             width,
             height,
             data: data.clone(),
-        },
-        bbox: Some([0, 0, width.saturating_sub(1), height.saturating_sub(1)]),
-        area: pixels / 3,
-        score: 1.0,
-        visible: true,
-        iou: 1.0,
-        chosen_mask: 0,
-        multimask: false,
-        prompted: false,
+        };
+        let bbox = Some([0, 0, width.saturating_sub(1), height.saturating_sub(1)]);
+        ObjectResult::from_mask(id, logits.clone(), mask, bbox, pixels / 3, 1.0)
     };
-    let result = FrameResult {
-        frame_index: 0,
-        width,
-        height,
-        objects: (1..).take(objects).map(object).collect(),
-        times: StageTimes::default(),
-    };
+    let result =
+        FrameResult::from_objects(width, height, (1..).take(objects).map(object).collect());
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();

@@ -7,7 +7,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use edgetam_tracker::util::panic_message;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -33,17 +33,80 @@ pub(crate) enum Kind {
     Pipeline,
 }
 
-/// The exception classes, made once per process at import.
-struct Classes {
-    base: Py<PyType>,
-    input: Py<PyType>,
-    frame: Py<PyType>,
-    prompt: Py<PyType>,
-    file: Py<PyType>,
-    pipeline: Py<PyType>,
+/// One exception class: the [`Kind`] that raises it, its name in the module, the `edgetam`
+/// class it derives from (`None` for the base), the builtin it derives from as well, and its
+/// docstring.
+struct Spec {
+    kind: Kind,
+    name: &'static str,
+    parent: Option<Kind>,
+    builtin: Option<&'static str>,
+    doc: &'static str,
 }
 
-static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+/// Every class, in [`Kind`] order (a parent before its children): made from this table at
+/// import, registered from it, and looked up in it by kind, so a class is named once.
+const SPECS: [Spec; 6] = [
+    Spec {
+        kind: Kind::Base,
+        name: "Error",
+        parent: None,
+        builtin: Some("Exception"),
+        doc: "Base class of every error edgetam raises.",
+    },
+    Spec {
+        kind: Kind::Input,
+        name: "InvalidInputError",
+        parent: Some(Kind::Base),
+        builtin: Some("ValueError"),
+        doc: "An argument edgetam cannot use (also a ValueError).",
+    },
+    Spec {
+        kind: Kind::Frame,
+        name: "InvalidFrameError",
+        parent: Some(Kind::Input),
+        builtin: None,
+        doc: "A frame with the wrong dtype, shape, layout or size (also a ValueError).",
+    },
+    Spec {
+        kind: Kind::Prompt,
+        name: "InvalidPromptError",
+        parent: Some(Kind::Input),
+        builtin: None,
+        doc: "A prompt outside the frame, empty or malformed, or an unknown object (also a \
+              ValueError).",
+    },
+    Spec {
+        kind: Kind::File,
+        name: "ModelFileError",
+        parent: Some(Kind::Base),
+        builtin: Some("OSError"),
+        doc: "A model file missing, unreadable or malformed, or a failed hub download (also an \
+              OSError).",
+    },
+    Spec {
+        kind: Kind::Pipeline,
+        name: "PipelineError",
+        parent: Some(Kind::Base),
+        builtin: Some("RuntimeError"),
+        doc: "A pipeline that is closed or whose worker failed (also a RuntimeError).",
+    },
+];
+
+// `SPECS[kind as usize]` is the class of `kind`, and a parent comes before its children.
+const _: () = {
+    let mut i = 0;
+    while i < SPECS.len() {
+        assert!(SPECS[i].kind as usize == i);
+        if let Some(parent) = SPECS[i].parent {
+            assert!((parent as usize) < i);
+        }
+        i += 1;
+    }
+};
+
+/// The exception classes, made once per process at import, indexed by [`Kind`].
+static CLASSES: PyOnceLock<[Py<PyType>; SPECS.len()]> = PyOnceLock::new();
 
 /// `type(name, bases, {"__doc__": doc, "__module__": "edgetam"})`.
 fn make_class<'py>(
@@ -63,75 +126,33 @@ fn make_class<'py>(
     Ok(class.unbind())
 }
 
-fn classes(py: Python<'_>) -> PyResult<&Classes> {
+fn classes(py: Python<'_>) -> PyResult<&[Py<PyType>; SPECS.len()]> {
     CLASSES.get_or_try_init(py, || {
         let builtins = py.import("builtins")?;
-        let exception = builtins.getattr("Exception")?;
-        let value_error = builtins.getattr("ValueError")?;
-        let os_error = builtins.getattr("OSError")?;
-        let runtime_error = builtins.getattr("RuntimeError")?;
-        let base = make_class(
-            py,
-            "Error",
-            vec![exception],
-            "Base class of every error edgetam raises.",
-        )?;
-        let input = make_class(
-            py,
-            "InvalidInputError",
-            vec![base.bind(py).clone().into_any(), value_error],
-            "An argument edgetam cannot use (also a ValueError).",
-        )?;
-        let frame = make_class(
-            py,
-            "InvalidFrameError",
-            vec![input.bind(py).clone().into_any()],
-            "A frame with the wrong dtype, shape, layout or size (also a ValueError).",
-        )?;
-        let prompt = make_class(
-            py,
-            "InvalidPromptError",
-            vec![input.bind(py).clone().into_any()],
-            "A prompt outside the frame, empty or malformed, or an unknown object (also a \
-             ValueError).",
-        )?;
-        let file = make_class(
-            py,
-            "ModelFileError",
-            vec![base.bind(py).clone().into_any(), os_error],
-            "A model file missing, unreadable or malformed, or a failed hub download (also an \
-             OSError).",
-        )?;
-        let pipeline = make_class(
-            py,
-            "PipelineError",
-            vec![base.bind(py).clone().into_any(), runtime_error],
-            "A pipeline that is closed or whose worker failed (also a RuntimeError).",
-        )?;
-        Ok(Classes {
-            base,
-            input,
-            frame,
-            prompt,
-            file,
-            pipeline,
-        })
+        let mut made: Vec<Py<PyType>> = Vec::with_capacity(SPECS.len());
+        for spec in &SPECS {
+            let mut bases = Vec::with_capacity(2);
+            if let Some(parent) = spec.parent {
+                // Made already: the table lists a parent first (checked at compile time).
+                if let Some(class) = made.get(parent as usize) {
+                    bases.push(class.bind(py).clone().into_any());
+                }
+            }
+            if let Some(builtin) = spec.builtin {
+                bases.push(builtins.getattr(builtin)?);
+            }
+            made.push(make_class(py, spec.name, bases, spec.doc)?);
+        }
+        <[Py<PyType>; SPECS.len()]>::try_from(made)
+            .map_err(|_| PyRuntimeError::new_err("edgetam: an exception class was not made"))
     })
 }
 
 /// Adds the exception classes to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let c = classes(py)?;
-    for (name, class) in [
-        ("Error", &c.base),
-        ("InvalidInputError", &c.input),
-        ("InvalidFrameError", &c.frame),
-        ("InvalidPromptError", &c.prompt),
-        ("ModelFileError", &c.file),
-        ("PipelineError", &c.pipeline),
-    ] {
-        m.add(name, class.bind(py))?;
+    for (spec, class) in SPECS.iter().zip(classes(py)?) {
+        m.add(spec.name, class.bind(py))?;
     }
     Ok(())
 }
@@ -139,18 +160,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The exception of `kind` with `message`.
 pub(crate) fn error(py: Python<'_>, kind: Kind, message: impl Into<String>) -> PyErr {
     let message = message.into();
-    let c = match classes(py) {
-        Ok(c) => c,
+    let class = match classes(py) {
+        Ok(c) => &c[kind as usize],
         // Only if making the classes failed at import, which would have failed the import.
         Err(e) => return e,
-    };
-    let class = match kind {
-        Kind::Base => &c.base,
-        Kind::Input => &c.input,
-        Kind::Frame => &c.frame,
-        Kind::Prompt => &c.prompt,
-        Kind::File => &c.file,
-        Kind::Pipeline => &c.pipeline,
     };
     PyErr::from_type(class.bind(py).clone(), (message,))
 }
@@ -245,7 +258,7 @@ pub(crate) fn type_error(message: impl Into<String>) -> PyErr {
 /// this raises `edgetam.Error` (not pyo3's `PanicException`) and that the module keeps working.
 /// Not public API.
 #[pyfunction]
-pub(crate) fn _panic_for_test(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn panic_for_test(py: Python<'_>) -> PyResult<()> {
     detached(py, || -> Result<(), Failure> {
         panic!("deliberate panic for the test suite")
     })

@@ -8,6 +8,7 @@
 mod bench;
 mod errors;
 mod frame;
+mod loaded;
 mod model;
 mod pipeline;
 mod prompts;
@@ -37,15 +38,19 @@ fn _edgetam(m: &Bound<'_, PyModule>) -> PyResult<()> {
     edgetam_tracker::process_setup();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
-    m.add_class::<model::Model>()?;
+    m.add_class::<loaded::Model>()?;
     m.add_class::<tracker::Tracker>()?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::PipelineOutput>()?;
     m.add_class::<results::FrameResult>()?;
     m.add_class::<results::ObjectResult>()?;
     m.add_function(wrap_pyfunction!(py_backend, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::_rust_track_times, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::_result_conversion_times, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
+    // Test and benchmark hooks live in a private submodule (`from edgetam._edgetam import
+    // _testing`), not among the module's names: `dir(edgetam._edgetam)` is the API.
+    let testing = PyModule::new(m.py(), "_testing")?;
+    testing.add_function(wrap_pyfunction!(bench::rust_track_times, &testing)?)?;
+    testing.add_function(wrap_pyfunction!(bench::result_conversion_times, &testing)?)?;
+    testing.add_function(wrap_pyfunction!(errors::panic_for_test, &testing)?)?;
+    m.add_submodule(&testing)?;
     Ok(())
 }

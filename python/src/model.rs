@@ -1,27 +1,19 @@
-//! `edgetam.Model`: a loaded model, shared by every tracker and pipeline made from it.
+//! `edgetam.Model`'s methods: loading, the model's settings, and the trackers and pipelines
+//! made from it (the struct itself is in `loaded.rs`, below the tracker and pipeline files).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use edgetam_tracker::{
-    mask_area_and_box, EdgeTam, Mask, ModelSpec, MultimaskMode, ObjectResult, Precision,
-};
+use edgetam_tracker::{mask_area_and_box, Mask, ModelSpec, MultimaskMode, ObjectResult, Precision};
 use pyo3::prelude::*;
 
 use crate::errors::{detached, error, Kind};
 use crate::frame::ArrayFrame;
+use crate::loaded::Model;
 use crate::pipeline::{drop_policy, Pipeline};
 use crate::prompts::{points_prompt, BoxArg};
 use crate::results::PreparedObject;
 use crate::tracker::Tracker;
-
-/// An EdgeTAM model. Load it once; trackers and pipelines made from it share its weights, and
-/// several can run at once from several Python threads (the GIL is released while they run).
-#[pyclass(module = "edgetam", frozen)]
-pub struct Model {
-    pub(crate) inner: Arc<EdgeTam>,
-    backend: String,
-}
 
 #[pymethods]
 impl Model {

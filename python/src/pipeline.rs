@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{detached, error, Failure, Kind};
 use crate::frame::ArrayFrame;
-use crate::model::Model;
-use crate::prompts::{mask_prompt, object_id, points_prompt, BoxArg};
+use crate::loaded::Model;
+use crate::prompts::{keyword_prompt, mask_prompt, object_id, points_prompt, BoxArg};
 use crate::results::{FrameResult, PreparedFrame};
 
 /// How often a waiting `recv` wakes to let Ctrl-C (and `close` from another thread) in.
@@ -276,6 +276,24 @@ impl Pipeline {
         let obj = object_id(py, obj)?;
         let mask = mask_prompt(py, mask)?;
         self.add(py, obj, mask.into())
+    }
+
+    /// SAM 2's keyword prompt, from the next pushed frame on: object `obj_id` with `points`
+    /// ((N, 2) pixels) and `labels` (N ints, 1 object / 0 background; all 1 when omitted), a
+    /// `box` (x0, y0, x1, y1), both together, or a `mask` alone.
+    #[pyo3(signature = (*, obj_id, points = None, labels = None, r#box = None, mask = None))]
+    fn add_prompt(
+        &self,
+        py: Python<'_>,
+        obj_id: i64,
+        points: Option<&Bound<'_, PyAny>>,
+        labels: Option<&Bound<'_, PyAny>>,
+        r#box: Option<&Bound<'_, PyAny>>,
+        mask: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let obj = object_id(py, obj_id)?;
+        let prompt = keyword_prompt(py, points, labels, r#box, mask)?;
+        self.add(py, obj, prompt)
     }
 
     /// Stops tracking object `obj` from the next pushed frame on.

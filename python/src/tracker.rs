@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{detached, error, Failure, Kind};
 use crate::frame::ArrayFrame;
-use crate::model::Model;
-use crate::prompts::{frame_index, mask_prompt, object_id, points_prompt, BoxArg};
+use crate::loaded::Model;
+use crate::prompts::{frame_index, keyword_prompt, mask_prompt, object_id, points_prompt, BoxArg};
 use crate::results::{FrameResult, PreparedFrame};
 
 /// One video stream: objects, their prompts and memories. Made by `Model.tracker()`.
@@ -85,6 +85,31 @@ impl Tracker {
         let (obj, frame) = (object_id(py, obj)?, frame_index(py, frame)?);
         let mask = mask_prompt(py, mask)?;
         self.add(py, obj, frame, mask.into())
+    }
+
+    /// SAM 2's keyword prompt (`add_new_points_or_box` / `add_new_mask`): object `obj_id` on
+    /// frame `frame_idx` (default: the next frame), with `points` ((N, 2) pixels) and `labels`
+    /// (N ints, 1 object / 0 background; all 1 when omitted), a `box` (x0, y0, x1, y1), both
+    /// together, or a `mask` alone. Numpy arrays, lists and tuples are all accepted.
+    #[pyo3(signature = (*, obj_id, frame_idx = None, points = None, labels = None, r#box = None, mask = None))]
+    #[allow(clippy::too_many_arguments)] // SAM 2's keywords
+    fn add_prompt(
+        &self,
+        py: Python<'_>,
+        obj_id: i64,
+        frame_idx: Option<i64>,
+        points: Option<&Bound<'_, PyAny>>,
+        labels: Option<&Bound<'_, PyAny>>,
+        r#box: Option<&Bound<'_, PyAny>>,
+        mask: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let obj = object_id(py, obj_id)?;
+        let frame = frame_idx.map(|f| frame_index(py, f)).transpose()?;
+        let prompt = keyword_prompt(py, points, labels, r#box, mask)?;
+        self.with(py, |t| {
+            let frame = frame.unwrap_or_else(|| t.next_frame_index());
+            Ok(t.add_prompt(obj, frame, prompt)?)
+        })
     }
 
     /// Stops tracking object `obj` and forgets its memory; `InvalidPromptError` if it is not

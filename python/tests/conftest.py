@@ -9,7 +9,7 @@ import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -48,10 +48,10 @@ class Sequence:
     as the CLI takes it."""
 
     frames: np.ndarray  # [N, H, W, 3] RGB
-    prompts: Dict[int, List[dict]] = field(default_factory=dict)
+    prompts: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
     masks: Dict[str, np.ndarray] = field(default_factory=dict)
 
-    def apply(self, target, frame: int, with_frame: bool = True) -> None:
+    def apply(self, target: Any, frame: int, with_frame: bool = True) -> None:
         """Adds the prompts of `frame` to a Tracker (`with_frame`) or a Pipeline."""
         for p in self.prompts.get(frame, []):
             args = (p["obj"], frame) if with_frame else (p["obj"],)
@@ -95,11 +95,11 @@ class RustResults:
 
     masks: Dict[Tuple[int, int], np.ndarray]
     scores: Dict[Tuple[int, int], np.float32]
-    records: Dict[Tuple[int, int], dict]
+    records: Dict[Tuple[int, int], Dict[str, Any]]
 
 
 @pytest.fixture(scope="session")
-def rust_results(sequence: Sequence, tmp_path_factory) -> RustResults:
+def rust_results(sequence: Sequence, tmp_path_factory: pytest.TempPathFactory) -> RustResults:
     """Runs `edgetam track` on the sequence's frames (PNG, lossless) and prompts."""
     import cv2
 

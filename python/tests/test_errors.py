@@ -7,16 +7,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import edgetam
 
-from conftest import FIXTURES
+from conftest import FIXTURES, Sequence
 
 
-def test_exception_classes():
+def test_exception_classes() -> None:
     assert issubclass(edgetam.InvalidFrameError, edgetam.InvalidInputError)
     assert issubclass(edgetam.InvalidPromptError, edgetam.InvalidInputError)
     assert issubclass(edgetam.InvalidInputError, ValueError)
@@ -28,7 +30,7 @@ def test_exception_classes():
 
 
 @pytest.fixture
-def tracker(model, sequence):
+def tracker(model: edgetam.Model, sequence: Sequence) -> edgetam.Tracker:
     """A tracker with object 1 tracked on two frames."""
     t = model.tracker()
     t.add_box(1, 0, (35, 57, 93, 108))
@@ -37,7 +39,9 @@ def tracker(model, sequence):
     return t
 
 
-def still_works(tracker, sequence, reference=None):
+def still_works(
+    tracker: edgetam.Tracker, sequence: Sequence, reference: Optional[edgetam.FrameResult] = None
+) -> edgetam.FrameResult:
     """Tracks the next frame; the object is still there (and matches `reference` if given)."""
     r = tracker.track(sequence.frames[2])
     assert [o.id for o in r.objects] == [1]
@@ -48,7 +52,7 @@ def still_works(tracker, sequence, reference=None):
 
 
 @pytest.fixture
-def reference(model, sequence):
+def reference(model: edgetam.Model, sequence: Sequence) -> edgetam.FrameResult:
     t = model.tracker()
     t.add_box(1, 0, (35, 57, 93, 108))
     for f in range(2):
@@ -56,7 +60,7 @@ def reference(model, sequence):
     return t.track(sequence.frames[2])
 
 
-BAD_FRAMES = {
+BAD_FRAMES: Dict[str, Tuple[Callable[[npt.NDArray[np.uint8]], Any], Type[Exception], str]] = {
     "float32": (lambda f: f.astype(np.float32), edgetam.InvalidFrameError, "uint8"),
     "int16": (lambda f: f.astype(np.int16), edgetam.InvalidFrameError, "uint8"),
     "2 channels": (lambda f: f[..., :2], edgetam.InvalidFrameError, "shape"),
@@ -74,7 +78,7 @@ BAD_FRAMES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FRAMES))
-def test_bad_frames(tracker, sequence, reference, case):
+def test_bad_frames(tracker: edgetam.Tracker, sequence: Sequence, reference: edgetam.FrameResult, case: str) -> None:
     make, exc, words = BAD_FRAMES[case]
     with pytest.raises(exc, match=words):
         tracker.track(make(sequence.frames[2]))
@@ -84,15 +88,15 @@ def test_bad_frames(tracker, sequence, reference, case):
     still_works(tracker, sequence, reference)
 
 
-def test_bad_format(tracker, sequence, reference):
+def test_bad_format(tracker: edgetam.Tracker, sequence: Sequence, reference: edgetam.FrameResult) -> None:
     with pytest.raises(edgetam.InvalidFrameError, match="unknown format"):
-        tracker.track(sequence.frames[2], format="yuv")
+        tracker.track(sequence.frames[2], format="yuv")  # type: ignore[arg-type]  # deliberate
     with pytest.raises(edgetam.InvalidFrameError, match="does not fit"):
         tracker.track(sequence.frames[2], format="rgba")
     still_works(tracker, sequence, reference)
 
 
-def test_box_outside_frame(tracker, sequence, reference):
+def test_box_outside_frame(tracker: edgetam.Tracker, sequence: Sequence, reference: edgetam.FrameResult) -> None:
     # The frame size is known: refused at once.
     with pytest.raises(edgetam.InvalidPromptError, match="object 2") as e:
         tracker.add_box(2, 2, (10, 10, 1000, 50))
@@ -101,7 +105,7 @@ def test_box_outside_frame(tracker, sequence, reference):
     still_works(tracker, sequence, reference)
 
 
-def test_box_outside_first_frame(model, sequence):
+def test_box_outside_first_frame(model: edgetam.Model, sequence: Sequence) -> None:
     # Before the first frame the size is unknown: the frame that would apply it refuses it,
     # drops the prompt, and the next frame tracks normally.
     t = model.tracker()
@@ -112,14 +116,14 @@ def test_box_outside_first_frame(model, sequence):
     assert [o.id for o in t.track(sequence.frames[0]).objects] == [1]
 
 
-BAD_PROMPTS = {
+BAD_PROMPTS: Dict[str, Tuple[Callable[[edgetam.Tracker], None], str]] = {
     "unknown object": (lambda t: t.remove(7), "object 7 is not tracked"),
     "no points": (lambda t: t.add_points(2, 2, []), "at least one point"),
     "bad label": (lambda t: t.add_points(2, 2, [(5, 5, 3)]), "label"),
-    "bad point": (lambda t: t.add_points(2, 2, [(5,)]), r"\(x, y\)"),
+    "bad point": (lambda t: t.add_points(2, 2, [(5,)]), r"\(x, y\)"),  # type: ignore[list-item]
     "wrong frame": (lambda t: t.add_box(2, 9, (1, 1, 5, 5)), "frame 9"),
     "mask size": (lambda t: t.add_mask(2, 2, np.ones((10, 10), bool)), "outside|size|10x10"),
-    "mask dtype": (lambda t: t.add_mask(2, 2, np.ones((160, 240), np.float32)), "bool or uint8"),
+    "mask dtype": (lambda t: t.add_mask(2, 2, np.ones((160, 240), np.float32)), "bool or uint8"),  # type: ignore[arg-type]
     "mask 3-D": (lambda t: t.add_mask(2, 2, np.ones((160, 240, 1), bool)), "2-D"),
     "negative object": (lambda t: t.add_box(-1, 2, (1, 1, 5, 5)), "object id -1 is out of range"),
     "object id above u32": (lambda t: t.remove(2**32), "out of range"),
@@ -128,28 +132,28 @@ BAD_PROMPTS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_PROMPTS))
-def test_bad_prompts(tracker, sequence, reference, case):
+def test_bad_prompts(tracker: edgetam.Tracker, sequence: Sequence, reference: edgetam.FrameResult, case: str) -> None:
     call, words = BAD_PROMPTS[case]
     with pytest.raises(edgetam.InvalidPromptError, match=words):
         call(tracker)
     still_works(tracker, sequence, reference)
 
 
-def test_model_errors():
+def test_model_errors() -> None:
     with pytest.raises(edgetam.ModelFileError) as e:
         edgetam.Model.load(FIXTURES / "no-such-model")
     assert isinstance(e.value, OSError) and "no-such-model" in str(e.value)
     with pytest.raises(edgetam.InvalidInputError, match="multiple of 256|input size"):
         edgetam.Model.load(FIXTURES / "model", input_size=300)
     with pytest.raises(edgetam.InvalidInputError, match="f32 or bf16"):
-        edgetam.Model.load(FIXTURES / "model", precision="f64")
+        edgetam.Model.load(FIXTURES / "model", precision="f64")  # type: ignore[arg-type]  # deliberate
     with pytest.raises(edgetam.InvalidInputError, match="device"):
         edgetam.Model.load(FIXTURES / "model", device="tpu")
 
 
-def test_pipeline_errors(model, sequence):
+def test_pipeline_errors(model: edgetam.Model, sequence: Sequence) -> None:
     with pytest.raises(edgetam.InvalidInputError, match="drop"):
-        model.pipeline(drop="sometimes")
+        model.pipeline(drop="sometimes")  # type: ignore[arg-type]  # deliberate
     with pytest.raises(edgetam.InvalidInputError, match="queue_capacity"):
         model.pipeline(queue=0)
     p = model.pipeline()
@@ -164,6 +168,7 @@ def test_pipeline_errors(model, sequence):
     p.push(sequence.frames[1])
     p.finish()
     first, second = p.recv(timeout=60), p.recv(timeout=60)
+    assert first is not None and second is not None and second.result is not None
     assert first.outcome == "failed" or first.command_errors
     errors = ([first.error] if first.error else []) + first.command_errors
     assert all(isinstance(e, edgetam.InvalidPromptError) for e in errors) and errors
@@ -175,24 +180,24 @@ def test_pipeline_errors(model, sequence):
     assert list(p) == []
 
 
-def test_version_and_backend(model):
+def test_version_and_backend(model: edgetam.Model) -> None:
     assert edgetam.__version__.count(".") == 2
     assert edgetam.backend() in ("cpu avx512", "cpu avx2", "cpu neon", "cpu portable")
     assert model.backend == edgetam.backend()
     assert model.input_size == 256 and model.precision == "f32"
 
 
-def test_panic_becomes_edgetam_error(tracker, sequence, reference):
+def test_panic_becomes_edgetam_error(tracker: edgetam.Tracker, sequence: Sequence, reference: edgetam.FrameResult) -> None:
     """A panic in Rust code run by a call is caught: edgetam.Error with its message, not pyo3's
     PanicException (a BaseException that `except Exception` misses); the module keeps working."""
-    from edgetam import _edgetam
+    from edgetam._edgetam import _testing
 
     with pytest.raises(edgetam.Error, match="internal error \\(panic\\): deliberate panic"):
-        _edgetam._panic_for_test()
+        _testing.panic_for_test()
     still_works(tracker, sequence, reference)
 
 
-def test_bad_edgetam_isa():
+def test_bad_edgetam_isa() -> None:
     """EDGETAM_ISA naming a path this CPU cannot run: backend() and Model.load raise
     InvalidInputError with the Rust message (read once per process, hence a child process)."""
     code = "\n".join(
@@ -215,7 +220,7 @@ def test_bad_edgetam_isa():
     assert all(line.startswith("raised: EDGETAM_ISA=\"sse9\"") for line in lines), lines
 
 
-def test_bf16_refused_where_it_cannot_run():
+def test_bf16_refused_where_it_cannot_run() -> None:
     """precision="bf16" under an EDGETAM_ISA cap below avx512 (the bf16 kernels' path): Model.load
     raises InvalidInputError saying why, never an f32 model in its place (the cap is read once
     per process, hence a child process); f32 still loads there."""
@@ -244,7 +249,7 @@ def test_bf16_refused_where_it_cannot_run():
     assert lines[1] == f"f32: f32 cpu {cap}", lines
 
 
-def test_bf16_loads_as_bf16_or_is_refused():
+def test_bf16_loads_as_bf16_or_is_refused() -> None:
     """In this process (no cap): bf16 is bf16 where the CPU runs it, else refused."""
     try:
         model = edgetam.Model.load(FIXTURES / "model", precision="bf16", input_size=256)

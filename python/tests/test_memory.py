@@ -7,10 +7,15 @@ import gc
 import sys
 import tracemalloc
 
+from typing import Iterator
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 import edgetam
+
+from conftest import Sequence
 
 
 def rss_bytes() -> int:
@@ -18,7 +23,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def small_frames(n: int):
+def small_frames(n: int) -> Iterator[npt.NDArray[np.uint8]]:
     rng = np.random.default_rng(0)
     base = rng.integers(0, 256, (4, 24, 32, 3), dtype=np.uint8)
     for i in range(n):
@@ -26,7 +31,7 @@ def small_frames(n: int):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_thousands_of_frames_flat(model):
+def test_thousands_of_frames_flat(model: edgetam.Model) -> None:
     """3000 small frames through `track` (no object: the binding's borrow, validation and
     result path without the model) and 3000 refused ones, then 60 tracked frames with masks:
     the frame's refcount is unchanged, tracemalloc and RSS flat."""
@@ -35,7 +40,7 @@ def test_thousands_of_frames_flat(model):
     bad = frame.astype(np.float32)
     refs = sys.getrefcount(frame), sys.getrefcount(bad)
 
-    def round_(n):
+    def round_(n: int) -> None:
         for f in small_frames(n):
             tracker.track(f)
             tracker.track(frame)
@@ -62,7 +67,7 @@ def test_thousands_of_frames_flat(model):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_tracked_results_freed(model, sequence):
+def test_tracked_results_freed(model: edgetam.Model, sequence: Sequence) -> None:
     """Masks handed to Python are freed with their results; the tracker's memory is bounded."""
     tracker = model.tracker()
     tracker.add_box(1, 0, (35, 57, 93, 108))

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -12,6 +12,11 @@ import pytest
 import edgetam
 
 from conftest import RustResults, Sequence
+
+if TYPE_CHECKING:
+    from edgetam._edgetam import FrameFormat
+
+View = Callable[[np.ndarray], Tuple[np.ndarray, Optional["FrameFormat"]]]
 
 
 def compare(results: Dict[int, edgetam.FrameResult], rust: RustResults) -> int:
@@ -36,7 +41,7 @@ def compare(results: Dict[int, edgetam.FrameResult], rust: RustResults) -> int:
 
 
 def run_tracker(
-    model: edgetam.Model, seq: Sequence, view: Callable[[np.ndarray], Tuple[np.ndarray, str]]
+    model: edgetam.Model, seq: Sequence, view: View
 ) -> Dict[int, edgetam.FrameResult]:
     tracker = model.tracker()
     out = {}
@@ -66,7 +71,7 @@ def bgra_strided(frame: np.ndarray) -> np.ndarray:
     return padded[:, :w]
 
 
-VIEWS = {
+VIEWS: Dict[str, View] = {
     "rgb": lambda f: (np.ascontiguousarray(f), None),
     "bgr": lambda f: (np.ascontiguousarray(f[..., ::-1]), "bgr"),
     "rgba": lambda f: (np.dstack([f, np.full(f.shape[:2], 7, np.uint8)]), "rgba"),
@@ -76,7 +81,7 @@ VIEWS = {
 
 
 @pytest.mark.parametrize("view", list(VIEWS))
-def test_tracker_matches_rust(model, sequence, rust_results, view):
+def test_tracker_matches_rust(model: edgetam.Model, sequence: Sequence, rust_results: RustResults, view: str) -> None:
     results = run_tracker(model, sequence, VIEWS[view])
     compared = compare(results, rust_results)
     # 20 frames; 2 objects from frame 0, a third from frame 5.
@@ -84,9 +89,9 @@ def test_tracker_matches_rust(model, sequence, rust_results, view):
     print(f"{view}: {compared} (frame, object) masks and scores equal to Rust's")
 
 
-def test_pipeline_matches_rust(model, sequence, rust_results):
+def test_pipeline_matches_rust(model: edgetam.Model, sequence: Sequence, rust_results: RustResults) -> None:
     """The frame-queue pipeline with encoder-ahead, prompts queued between frames."""
-    results = {}
+    results: Dict[int, edgetam.FrameResult] = {}
     with model.pipeline(queue=2, encoder_ahead=True) as pipeline:
         for f, frame in enumerate(sequence.frames):
             sequence.apply(pipeline, f, with_frame=False)
@@ -96,12 +101,13 @@ def test_pipeline_matches_rust(model, sequence, rust_results):
             assert out.outcome == "tracked" and not out.dropped and out.error is None
             assert out.command_errors == []
             assert out.timestamp == pytest.approx(out.id / 30)
+            assert out.result is not None
             results[out.id] = out.result
     assert sorted(results) == list(range(len(sequence.frames)))
     assert compare(results, rust_results) == 55
 
 
-def test_segment_matches_prompted_frame(model, sequence, rust_results):
+def test_segment_matches_prompted_frame(model: edgetam.Model, sequence: Sequence, rust_results: RustResults) -> None:
     """Model.segment on frame 0 with object 1's box is the tracker's prompted frame-0 output."""
     box = tuple(sequence.prompts[0][0]["box"])
     seg = model.segment(sequence.frames[0], box=box)

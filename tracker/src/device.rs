@@ -3,6 +3,7 @@
 use candle_core::Device;
 
 use crate::error::{Error, Result};
+use crate::model::precision::Precision;
 
 /// Parses `cpu`, `cuda` or `cuda:N`. A CUDA device gets its own stream (see below); create it
 /// once per process and share it (`Device` is a cheap handle).
@@ -90,6 +91,32 @@ impl std::fmt::Display for Backend {
             Self::Cpu(isa) => write!(f, "cpu {isa}"),
             Self::Cuda(n) => write!(f, "cuda:{n}"),
             Self::Metal(n) => write!(f, "metal:{n}"),
+        }
+    }
+}
+
+impl Precision {
+    /// Whether this precision can run on `device` in this process: `Ok` for
+    /// [`Precision::F32`] everywhere; [`Precision::Bf16`] needs the CPU, AVX512-BF16 and the
+    /// avx512 kernels (an `EDGETAM_ISA` cap below avx512 rules it out). Otherwise
+    /// [`Error::PrecisionUnavailable`](crate::Error::PrecisionUnavailable), whose message says
+    /// why and what this machine runs instead: front ends refuse a precision that would not run
+    /// rather than silently running another one.
+    pub fn available_on(self, device: &Device) -> Result<()> {
+        let reason = match self {
+            Self::F32 => None,
+            Self::Bf16 if !device.is_cpu() => Some(format!(
+                "the bf16 mode runs on the CPU only (the model is on {})",
+                Backend::of(device)
+            )),
+            Self::Bf16 => crate::kernels::cpu::bf16_unavailable(),
+        };
+        match reason {
+            None => Ok(()),
+            Some(reason) => Err(Error::PrecisionUnavailable {
+                precision: self,
+                reason,
+            }),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Typed errors of the tracker crate.
+//! Typed errors of the tracker crate (the hub's too: `model/hub.rs` builds on this file, never
+//! the other way round).
 
 use std::path::PathBuf;
 
@@ -78,17 +79,94 @@ pub enum Error {
     /// cache ([`ModelSource`](crate::ModelSource)); the message names the repository.
     /// (Boxed: it is the largest of these errors and would make every `Result` bigger.)
     #[error(transparent)]
-    Hub(Box<crate::model::hub::HubError>),
+    Hub(Box<HubError>),
     /// An error from the tensor engine (a bug or an unsupported device operation).
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),
 }
 
-impl From<crate::model::hub::HubError> for Error {
-    fn from(e: crate::model::hub::HubError) -> Self {
+impl From<HubError> for Error {
+    fn from(e: HubError) -> Self {
         Self::Hub(Box::new(e))
     }
 }
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a hub model could not be made available locally. Every message names the repository.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HubError {
+    /// The hub does not know the repository (or it is private and no token was given).
+    #[error(
+        "model `{repo}` is neither a local file or folder nor a repository on {endpoint} \
+         (HTTP {status}; a private repository needs HF_TOKEN)"
+    )]
+    RepoNotFound {
+        repo: String,
+        endpoint: String,
+        status: u16,
+    },
+    /// The repository exists but holds neither weight layout.
+    #[error(
+        "hub repository `{repo}` has no EdgeTAM weights: it lacks {missing} (wanted \
+         config.json + model.safetensors, or edgetam.pt); it holds: {}",
+        list(available)
+    )]
+    MissingFiles {
+        repo: String,
+        /// What is missing, e.g. `model.safetensors (beside config.json) and edgetam.pt`.
+        missing: String,
+        /// The repository's files.
+        available: Vec<String>,
+    },
+    /// The hub could not be reached and the model is not in the cache.
+    #[error(
+        "cannot reach {endpoint} to fetch model `{repo}`, and it is not in the cache {cache}: \
+         {message}"
+    )]
+    Unreachable {
+        repo: String,
+        endpoint: String,
+        cache: PathBuf,
+        message: String,
+    },
+    /// `HF_HUB_OFFLINE` is set and the model is not in the cache.
+    #[error(
+        "model `{repo}` is not a local file or folder and not in the hub cache {cache}, and \
+         HF_HUB_OFFLINE is set: fetch it once with network access"
+    )]
+    NotCached { repo: String, cache: PathBuf },
+    /// A file of the repository could not be downloaded or stored.
+    #[error("cannot download `{file}` of hub model `{repo}`: {message}")]
+    Download {
+        repo: String,
+        file: String,
+        message: String,
+    },
+    /// The server answered, but not as the hub does (HF_ENDPOINT not a hub?).
+    #[error("unexpected answer from {endpoint} about model `{repo}`: {message}")]
+    Protocol {
+        repo: String,
+        endpoint: String,
+        message: String,
+    },
+    /// No cache folder: none of HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME, HOME is set.
+    #[error("no Hugging Face cache folder for model `{repo}`: set HF_HOME")]
+    NoCacheDir { repo: String },
+    /// This build cannot fetch hub models (crate feature `hub` off).
+    #[error(
+        "model `{repo}` is not a local file or folder, and this build cannot fetch hub models \
+         (edgetam-tracker feature `hub`)"
+    )]
+    Unsupported { repo: String },
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "no files".into()
+    } else {
+        names.join(", ")
+    }
+}

@@ -24,6 +24,11 @@
 //! kernels), `instrument/` (timings, counted work); `checks/` (feature `checks`) replays the
 //! reference fixtures. ARCHITECTURE.md at the repository root maps every file.
 
+/// For `benches/stages.rs` only (the facade turns `checks` on); it times stage parts that exist
+/// only with that feature.
+#[doc(hidden)]
+#[cfg(feature = "checks")]
+pub mod bench_support;
 mod device;
 mod error;
 mod frame;
@@ -42,7 +47,7 @@ pub mod util;
 pub mod checks;
 
 pub use device::{parse_device, Backend};
-pub use error::{Error, Result};
+pub use error::{Error, HubError, Result};
 #[cfg(feature = "opencv")]
 pub use frame::mat::{pixel_format_of, MatError};
 pub use frame::{yuv_to_rgb, Frame, FrameError, PixelFormat, PlaneRef};
@@ -65,7 +70,7 @@ pub use model::edgetam::{
     mask_area_and_box, EdgeTam, ImageEmbedding, LoadOptions, MultimaskMode, Segmentation,
     NO_OBJECT_SCORE,
 };
-pub use model::hub::{resolve_model, HubError, ModelSource};
+pub use model::hub::{resolve_model, ModelSource};
 pub use model::precision::Precision;
 pub use model::prompt::{Point, PointLabel, Prompt};
 pub use model::spec::{LoadedModel, ModelSpec};

@@ -1,7 +1,8 @@
 //! Parity of the prompt encoder, mask decoder and post-processing with transformers'
 //! EdgeTamVideoModel, plus unit tests of the dynamic multimask rule and the resize.
 
-use std::path::PathBuf;
+#[path = "common/parity.rs"]
+mod parity;
 
 use candle_core::{DType, Device, Tensor};
 use edgetam_tracker::checks::compare::compare;
@@ -13,28 +14,43 @@ use edgetam_tracker::internals::{
     select_single_mask, stability_scores, DecoderInputs, MaskDecoder,
 };
 use edgetam_tracker::Weights;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use parity::assert_all_pass;
 
 fn load(name: &str) -> (Fixture, Weights) {
-    let dev = Device::Cpu;
-    let fx = Fixture::load(fixtures().join(name), &dev).expect("fixture");
-    let w = Weights::load(fixtures().join("model/model.safetensors"), &dev).expect("weights");
-    (fx, w)
+    parity::load(name).expect("fixture and weights")
 }
 
-fn assert_all_pass(reports: &[StageReport]) {
-    for r in reports {
-        println!("{}", r.line());
-    }
-    let failed: Vec<&str> = reports
-        .iter()
-        .filter(|r| !r.passed)
-        .map(|r| r.name.as_str())
-        .collect();
-    assert!(failed.is_empty(), "failed checks: {failed:?}");
+/// `f` on the decoder inputs made of the fixture's image features and the prompt embeddings
+/// `sparse` and `dense`.
+fn with_inputs<R>(
+    fx: &Fixture,
+    sparse: &Tensor,
+    dense: &Tensor,
+    f: impl FnOnce(&DecoderInputs) -> R,
+) -> R {
+    let get = |n: &str| fx.get(n).expect(n);
+    f(&DecoderInputs {
+        image_embed: get("image.embed"),
+        image_pe: get("image.dense_pe"),
+        sparse,
+        dense,
+        feat_s0: get("image.feat_s0"),
+        feat_s1: get("image.feat_s1"),
+    })
+}
+
+/// `shape`'s values `0, 1, 2, ...` (f32).
+fn ramp(shape: (usize, usize, usize, usize)) -> Tensor {
+    let n = shape.0 * shape.1 * shape.2 * shape.3;
+    Tensor::arange(0f32, n as f32, &Device::Cpu)
+        .unwrap()
+        .reshape(shape)
+        .unwrap()
+}
+
+/// Every value of `t` (f32), flattened.
+fn values(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 
 #[test]
@@ -48,7 +64,7 @@ fn decoder_parity_image_256() {
         "{} reports",
         reports.len()
     );
-    assert_all_pass(&reports);
+    assert_all_pass(&reports, "image_256");
 }
 
 #[test]
@@ -58,7 +74,7 @@ fn decoder_parity_image_1024_prompt_and_post() {
     let reports = decoder::run(&fx, &w).expect("checks run");
     // pe + 3 cases (point1, box, box_points) x (sparse, dense, post mask).
     assert_eq!(reports.len(), 1 + 3 * 3, "unexpected report count");
-    assert_all_pass(&reports);
+    assert_all_pass(&reports, "image_1024");
 }
 
 /// Several prompt rows at once: B = 2 (one image shared by both rows) and P = 2 must give each
@@ -79,21 +95,9 @@ fn decoder_batches_prompt_rows() {
         .map(|c| get(&format!("prompt.{c}.dense")))
         .collect();
     let run = |sparse: &Tensor, dense: &Tensor, mm: bool| {
-        let (embed, pe, s0, s1) = (
-            get("image.embed"),
-            get("image.dense_pe"),
-            get("image.feat_s0"),
-            get("image.feat_s1"),
-        );
-        let inputs = DecoderInputs {
-            image_embed: &embed,
-            image_pe: &pe,
-            sparse,
-            dense,
-            feat_s0: &s0,
-            feat_s1: &s1,
-        };
-        m.mask_decoder.forward(&inputs, mm).expect("decoder")
+        with_inputs(&fx, sparse, dense, |inputs| {
+            m.mask_decoder.forward(inputs, mm).expect("decoder")
+        })
     };
     for mm in [true, false] {
         let single: Vec<_> = (0..2).map(|i| run(&sparse[i], &dense[i], mm)).collect();
@@ -122,7 +126,7 @@ fn decoder_batches_prompt_rows() {
                     ));
                 }
             }
-            assert_all_pass(&reports);
+            assert_all_pass(&reports, "batched rows");
         }
     }
 }
@@ -150,26 +154,14 @@ fn dynamic_multimask_fallback_picks_best_multimask_output() {
         (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
     };
     for case in decoder::CASES {
+        let (sparse, dense) = (
+            get(&format!("prompt.{case}.sparse")),
+            get(&format!("prompt.{case}.dense")),
+        );
         let run = |dec: &MaskDecoder, mm: bool| {
-            let (embed, pe, s0, s1) = (
-                get("image.embed"),
-                get("image.dense_pe"),
-                get("image.feat_s0"),
-                get("image.feat_s1"),
-            );
-            let (sparse, dense) = (
-                get(&format!("prompt.{case}.sparse")),
-                get(&format!("prompt.{case}.dense")),
-            );
-            let inputs = DecoderInputs {
-                image_embed: &embed,
-                image_pe: &pe,
-                sparse: &sparse,
-                dense: &dense,
-                feat_s0: &s0,
-                feat_s1: &s1,
-            };
-            dec.forward(&inputs, mm).unwrap()
+            with_inputs(&fx, &sparse, &dense, |inputs| {
+                dec.forward(inputs, mm).unwrap()
+            })
         };
         let multi = run(&normal, true);
         let single = run(&normal, false);
@@ -222,16 +214,9 @@ fn stability_rule() {
 
 #[test]
 fn resize_identity_size_is_exact() {
-    let dev = Device::Cpu;
-    let x = Tensor::arange(0f32, 12.0, &dev)
-        .unwrap()
-        .reshape((1, 1, 3, 4))
-        .unwrap();
+    let x = ramp((1, 1, 3, 4));
     let y = resize_logits(&x, 3, 4).unwrap();
-    assert_eq!(
-        y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        x.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-    );
+    assert_eq!(values(&y), values(&x));
 }
 
 #[test]
@@ -240,7 +225,7 @@ fn resize_one_pixel_broadcasts() {
     let x = Tensor::new(&[[[[-2.5f32]]], [[[7.0]]]], &dev).unwrap();
     let y = resize_logits(&x, 5, 3).unwrap();
     assert_eq!(y.dims(), &[2, 1, 5, 3]);
-    let v = y.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let v = values(&y);
     assert!(v[..15].iter().all(|&a| a == -2.5));
     assert!(v[15..].iter().all(|&a| a == 7.0));
     let b = binarize(&y).unwrap();
@@ -256,20 +241,10 @@ fn resize_matches_torch_values() {
     let x = Tensor::new(&[[[[0f32, 4.0], [8.0, 12.0]]]], &dev).unwrap();
     let y = resize_logits(&x, 2, 4).unwrap();
     // Columns: src -0.25->0 (0), 0.25 (1), 0.75 (3), 1.25->i0=1 (4).
-    assert_eq!(
-        y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        vec![0.0, 1.0, 3.0, 4.0, 8.0, 9.0, 11.0, 12.0]
-    );
-    let z = Tensor::arange(0f32, 16.0, &dev)
-        .unwrap()
-        .reshape((1, 1, 4, 4))
-        .unwrap();
-    let d = resize_logits(&z, 2, 2).unwrap();
+    assert_eq!(values(&y), [0.0, 1.0, 3.0, 4.0, 8.0, 9.0, 11.0, 12.0]);
+    let d = resize_logits(&ramp((1, 1, 4, 4)), 2, 2).unwrap();
     // Averages of 2x2 blocks' corners at src 0.5, 2.5: (0+1+4+5)/4 = 2.5, ...
-    assert_eq!(
-        d.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        vec![2.5, 4.5, 10.5, 12.5]
-    );
+    assert_eq!(values(&d), [2.5, 4.5, 10.5, 12.5]);
 }
 
 #[test]
@@ -301,7 +276,7 @@ fn empty_point_prompt_is_not_a_point() {
             STAGE_REL_L2,
         ),
     ];
-    assert_all_pass(&reports);
+    assert_all_pass(&reports, "empty point prompt");
     // A label beyond the point embeddings is a typed prompt error, not a panic.
     let pts = fx.get("prompt.point1.points").unwrap();
     let bad = Tensor::new(&[[[7i64]]], &Device::Cpu).unwrap();

@@ -1,30 +1,16 @@
 //! End-to-end single-frame parity: raw image + user prompt -> masks, scores and pointer, against
 //! transformers' EdgeTamVideoModel (fixtures from tools/reference/generate_fixtures.py).
 
-use std::path::PathBuf;
+#[path = "common/parity.rs"]
+mod parity;
 
-use candle_core::Device;
-use edgetam_tracker::{checks, checks::fixture::Fixture, Weights};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use edgetam_tracker::checks;
 
 fn run(dir: &str) {
-    let device = Device::Cpu;
-    let fx = Fixture::load(fixtures().join(dir), &device).expect("fixture");
-    let weights =
-        Weights::load(fixtures().join("model/model.safetensors"), &device).expect("weights");
+    let (fx, weights) = parity::load(dir).expect("fixture and weights");
     let reports = checks::frame::run(&fx, &weights).expect("single-frame run");
     assert!(reports.len() >= 8, "too few checks ran: {}", reports.len());
-    let mut failed = Vec::new();
-    for r in &reports {
-        println!("{}", r.line());
-        if !r.passed {
-            failed.push(r.name.clone());
-        }
-    }
-    assert!(failed.is_empty(), "failed: {failed:?}");
+    parity::assert_all_pass(&reports, dir);
 }
 
 #[test]

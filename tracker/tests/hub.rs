@@ -26,22 +26,6 @@ fn read(rel: &str) -> Vec<u8> {
     std::fs::read(fixtures().join(rel)).unwrap_or_else(|e| panic!("fixture {rel}: {e}"))
 }
 
-/// Variables that would change where requests go or what the cache is.
-const CLEARED: &[&str] = &[
-    "HF_TOKEN",
-    "HF_TOKEN_PATH",
-    "HF_HUB_OFFLINE",
-    "HF_HUB_CACHE",
-    "HF_ENDPOINT",
-    // hf-hub's HTTP client sends everything through a proxy from these and has no NO_PROXY.
-    "ALL_PROXY",
-    "all_proxy",
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-];
-
 /// Three synthetic 96x64 frames with a square moving right; masks and scores per frame.
 fn track(model: EdgeTam) -> Vec<(Vec<u8>, f32)> {
     let (w, h) = (96usize, 64usize);
@@ -81,7 +65,7 @@ fn hub_models_download_load_cache_and_fail_clearly() {
     let home = std::env::temp_dir().join(format!("edgetam-hub-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
     std::fs::create_dir_all(&home).expect("temp dir");
-    for k in CLEARED {
+    for k in fake_hub::HUB_ENV {
         std::env::remove_var(k);
     }
     std::env::set_var("HF_HOME", &home);

@@ -1,36 +1,42 @@
 //! Memory-attention parity against transformers' EdgeTAM (`fixtures/memory_attention_256`), and
 //! unit tests of the axial RoPE it uses.
 
-use std::path::PathBuf;
+#[path = "common/parity.rs"]
+mod parity;
+
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use edgetam_tracker::checks::fixture::Fixture;
-use edgetam_tracker::checks::memory_attention;
+use edgetam_tracker::checks::{memory_attention, Result};
 use edgetam_tracker::internals::MemoryAttention;
 use edgetam_tracker::internals::{rotate_pairwise, AxialRope};
 use edgetam_tracker::Weights;
+use parity::fixtures;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+fn load() -> Result<(Fixture, Weights)> {
+    parity::load("memory_attention_256")
 }
 
-fn load() -> edgetam_tracker::checks::Result<(Fixture, Weights)> {
-    let dev = Device::Cpu;
-    let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
-    let fx = Fixture::load(fixtures().join("memory_attention_256"), &dev)?;
-    Ok((fx, weights))
+/// The fixture and the memory attention built from it.
+fn load_model() -> Result<(Fixture, MemoryAttention)> {
+    let (fx, weights) = load()?;
+    let model = memory_attention::build(&fx, &weights)?;
+    Ok((fx, model))
+}
+
+/// The fixture's tensor `name` token-major (`[tokens, batch, channels]`), as the module takes it.
+fn token_major(fx: &Fixture, name: &str) -> Result<Tensor> {
+    Ok(fx.get(name)?.transpose(0, 1)?.contiguous()?)
 }
 
 #[test]
-fn memory_attention_matches_reference() -> edgetam_tracker::checks::Result<()> {
+fn memory_attention_matches_reference() -> Result<()> {
     let (fx, weights) = load()?;
     let t = Instant::now();
     let reports = memory_attention::run(&fx, &weights)?;
     eprintln!("memory attention checks in {:.2?}", t.elapsed());
-    for r in &reports {
-        println!("{}", r.line());
-    }
+    parity::assert_all_pass(&reports, "memory attention");
     let names: Vec<_> = reports.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
         names,
@@ -42,24 +48,15 @@ fn memory_attention_matches_reference() -> edgetam_tracker::checks::Result<()> {
             "memattn.batch2.obj1.vs_alone"
         ]
     );
-    let failed: Vec<_> = reports
-        .iter()
-        .filter(|r| !r.passed)
-        .map(|r| &r.name)
-        .collect();
-    assert!(failed.is_empty(), "failed stages {failed:?}");
     Ok(())
 }
 
 /// The check must be able to fail: without the key RoPE on the memories (all tokens treated as
 /// pointers) the output is far from the reference.
 #[test]
-fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::checks::Result<()> {
-    let (fx, weights) = load()?;
-    let model = memory_attention::build(&fx, &weights)?;
-    let get = |n: &str| -> edgetam_tracker::checks::Result<Tensor> {
-        Ok(fx.get(n)?.transpose(0, 1)?.contiguous()?)
-    };
+fn memory_attention_check_detects_missing_key_rope() -> Result<()> {
+    let (fx, model) = load_model()?;
+    let get = |n: &str| token_major(&fx, n);
     let memory = get("memattn.memory")?;
     let m = memory.dim(1)?;
     let out = model.forward(
@@ -77,12 +74,9 @@ fn memory_attention_check_detects_missing_key_rope() -> edgetam_tracker::checks:
 }
 
 #[test]
-fn memory_attention_rejects_bad_layout() -> edgetam_tracker::checks::Result<()> {
-    let (fx, weights) = load()?;
-    let model = memory_attention::build(&fx, &weights)?;
-    let get = |n: &str| -> edgetam_tracker::checks::Result<Tensor> {
-        Ok(fx.get(n)?.transpose(0, 1)?.contiguous()?)
-    };
+fn memory_attention_rejects_bad_layout() -> Result<()> {
+    let (fx, model) = load_model()?;
+    let get = |n: &str| token_major(&fx, n);
     let (cur, pos) = (get("memattn.current")?, get("memattn.current_pos")?);
     let (mem, mem_pos) = (get("memattn.memory")?, get("memattn.memory_pos")?);
     // 1040 tokens: 16 pointers + 2 x 512. Three memories do not divide 1024 tokens.
@@ -176,7 +170,7 @@ fn axial_rope_rejects_bad_sizes() {
 /// Every `memory_attention.*` tensor of the checkpoint is read, with the default (1024) config
 /// too (64x64 query grid).
 #[test]
-fn memory_attention_reads_all_its_weights() -> edgetam_tracker::checks::Result<()> {
+fn memory_attention_reads_all_its_weights() -> Result<()> {
     let dev = Device::Cpu;
     let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
     let cfg = edgetam_tracker::EdgeTamConfig::from_file(fixtures().join("model/config.json"))?;
@@ -199,7 +193,7 @@ fn memory_attention_reads_all_its_weights() -> edgetam_tracker::checks::Result<(
 
 /// A config whose query grid does not match its image size is rejected when building.
 #[test]
-fn memory_attention_rejects_mismatched_grid() -> edgetam_tracker::checks::Result<()> {
+fn memory_attention_rejects_mismatched_grid() -> Result<()> {
     let (fx, weights) = load()?;
     let mut cfg = fx.config.clone();
     cfg.memory_attention_rope_feat_sizes = [64, 64];

@@ -1,42 +1,22 @@
 //! The streaming API on the fixture weights at 256: prompts, object management, bad input, and
 //! that tracking state stays flat over a long stream.
 
-use std::path::PathBuf;
+#[path = "common/scene.rs"]
+mod scene;
+
 use std::sync::Arc;
 
 use candle_core::Device;
-use edgetam_tracker::{
-    EdgeTam, EdgeTamConfig, Error, Mask, Point, PointLabel, Prompt, Tracker, Weights,
-};
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+use edgetam_tracker::{EdgeTam, EdgeTamConfig, Error, Mask, Point, PointLabel, Prompt, Tracker};
 
 fn model() -> Arc<EdgeTam> {
-    let cfg = EdgeTamConfig::from_file(fixtures().join("image_256/config.json")).expect("config");
-    let w =
-        Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
-    Arc::new(EdgeTam::from_weights(cfg, &w, &Device::Cpu).expect("model"))
+    Arc::new(scene::model_256())
 }
 
 /// A deterministic 96x64 frame that changes with `t`.
 fn frame(t: usize) -> (Vec<u8>, usize, usize) {
     let (w, h) = (96, 64);
-    let mut v = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            let inside = (x as i64 - 30 - t as i64).abs() < 12 && (y as i64 - 30).abs() < 10;
-            let base = ((x * 7 + y * 3 + t * 5) % 64) as u8;
-            let (r, g, b) = if inside {
-                (200, 60 + base, 40)
-            } else {
-                (base, 90, 120 + base)
-            };
-            v.extend_from_slice(&[r, g, b]);
-        }
-    }
-    (v, w, h)
+    (scene::frame_sized(t, w, h), w, h)
 }
 
 #[test]

@@ -1,39 +1,22 @@
 //! Image-path parity against transformers' EdgeTAM on the committed random-weight fixtures.
 
-use std::path::PathBuf;
+#[path = "common/parity.rs"]
+mod parity;
+
 use std::time::Instant;
 
 use candle_core::Device;
-use edgetam_tracker::checks::fixture::Fixture;
 use edgetam_tracker::checks::{vision, CheckError};
 use edgetam_tracker::internals::{preprocess, resize_rgb_u8};
 use edgetam_tracker::{Error, Weights};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
-
 fn run_fixture(name: &str) -> edgetam_tracker::checks::Result<()> {
-    let dev = Device::Cpu;
-    let weights = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
-    let fx = Fixture::load(fixtures().join(name), &dev)?;
+    let (fx, weights) = parity::load(name)?;
     let t = Instant::now();
     let reports = vision::run(&fx, &weights)?;
     eprintln!("{name}: vision checks in {:.2?}", t.elapsed());
-    for r in &reports {
-        println!("{}", r.line());
-    }
-    assert!(
-        reports.len() == 13,
-        "expected 13 checks, got: {}",
-        reports.len()
-    );
-    let failed: Vec<_> = reports
-        .iter()
-        .filter(|r| !r.passed)
-        .map(|r| &r.name)
-        .collect();
-    assert!(failed.is_empty(), "{name}: failed stages {failed:?}");
+    parity::assert_all_pass(&reports, name);
+    assert_eq!(reports.len(), 13, "{name}: the number of checks");
     Ok(())
 }
 
@@ -105,14 +88,12 @@ fn resize_matches_torchvision_uint8() -> edgetam_tracker::checks::Result<()> {
 /// A checkpoint without a tensor the encoder needs is reported by key, not as a panic.
 #[test]
 fn missing_weight_is_named() -> edgetam_tracker::checks::Result<()> {
-    let dev = Device::Cpu;
-    let full = Weights::load(fixtures().join("model/model.safetensors"), &dev)?;
+    let (fx, full) = parity::load("image_256")?;
     let key =
         "vision_encoder.backbone.timm_model.stages_2.blocks.5.token_mixer.conv1.bn.running_var";
     let mut tensors = full.tensors().clone();
     assert!(tensors.remove(key).is_some(), "fixture lacks {key}");
     let weights = Weights::from_tensors(tensors, "partial.safetensors");
-    let fx = Fixture::load(fixtures().join("image_256"), &dev)?;
     match vision::run(&fx, &weights) {
         Err(CheckError::Model(Error::MissingWeight { key: k, .. })) => assert_eq!(k, key),
         Err(e) => panic!("expected MissingWeight, got {e}"),

@@ -35,14 +35,18 @@ static void expect_true(const char *name, int condition) {
     if (condition) passed++; else failed++;
 }
 
-static EdgetamFrame rgb_frame(const uint8_t *data, uint32_t w, uint32_t h) {
+/* A `format` frame of `w` x `h` with its size set: plane 0 at `data`, rows `stride` bytes
+ * apart; the other planes NULL (the caller sets those its format uses). */
+static EdgetamFrame frame_of(EdgetamPixelFormat format, const uint8_t *data, uint32_t w,
+                             uint32_t h, size_t stride) {
     EdgetamFrame f;
     memset(&f, 0, sizeof f);
-    f.format = EDGETAM_PIXEL_FORMAT_RGB8;
+    f.size = sizeof f;
+    f.format = format;
     f.width = w;
     f.height = h;
     f.planes[0].data = data;
-    f.planes[0].stride = 3 * (size_t)w;
+    f.planes[0].stride = stride;
     return f;
 }
 
@@ -63,6 +67,11 @@ int main(int argc, char **argv) {
     EdgetamTracker *tracker = NULL;
     EdgetamResult *result = NULL;
     EdgetamModelOptions options = {0};
+    options.size = sizeof options;
+    expect_true("the header's version macros match the library (edgetam_version_compatible)",
+                edgetam_version_compatible() &&
+                    edgetam_version_number() == EDGETAM_VERSION_NUMBER &&
+                    strcmp(edgetam_version(), EDGETAM_VERSION_STRING) == 0);
 
     if (argc > 2 && strcmp(argv[2], "--bf16-refused") == 0) {
         /* Where bf16 cannot run (scripts/test-capi.sh caps the kernels with EDGETAM_ISA):
@@ -93,6 +102,12 @@ int main(int argc, char **argv) {
     expect_true("load: out set to NULL on failure", model == NULL);
     expect("load: NULL out", edgetam_model_load(argv[1], NULL, NULL), EDGETAM_STATUS_NULL_POINTER,
            "out is NULL");
+    {
+        EdgetamModelOptions unset = {0};
+        expect("load: options size not set", edgetam_model_load(argv[1], &unset, &model),
+               EDGETAM_STATUS_INVALID_ARGUMENT,
+               "options->size is 0: set it to sizeof(EdgetamModelOptions)");
+    }
     expect("load: missing folder", edgetam_model_load("/nonexistent/edgetam-model", NULL, &model),
            EDGETAM_STATUS_MODEL, "/nonexistent/edgetam-model");
     options.device = "tpu";
@@ -159,7 +174,7 @@ int main(int argc, char **argv) {
     enum { W = 64, H = 48 };
     static uint8_t pixels[W * H * 4];
     for (size_t i = 0; i < sizeof pixels; i++) pixels[i] = (uint8_t)((i * 37) ^ (i >> 5));
-    EdgetamFrame frame = rgb_frame(pixels, W, H);
+    EdgetamFrame frame = frame_of(EDGETAM_PIXEL_FORMAT_RGB8, pixels, W, H, 3 * (size_t)W);
 
     expect("track: NULL tracker", edgetam_tracker_track(NULL, &frame, &result),
            EDGETAM_STATUS_NULL_POINTER, "tracker is NULL");
@@ -171,6 +186,34 @@ int main(int argc, char **argv) {
     bad.format = 99;
     expect("track: unknown pixel format", edgetam_tracker_track(tracker, &bad, &result),
            EDGETAM_STATUS_INVALID_ARGUMENT, "unknown pixel format 99");
+    bad = frame;
+    bad.size = 0;
+    expect("track: frame size not set", edgetam_tracker_track(tracker, &bad, &result),
+           EDGETAM_STATUS_INVALID_ARGUMENT, "frame->size is 0: set it to sizeof(EdgetamFrame)");
+    {
+        /* A program built against a newer edgetam.h whose EdgetamFrame has one more field:
+         * accepted while the field is zero, refused once it is set (on a tracker of its own,
+         * since a tracked frame moves the frame index the cases below prompt on). */
+        struct {
+            EdgetamFrame frame;
+            uint64_t newer_field;
+        } newer;
+        memset(&newer, 0, sizeof newer);
+        newer.frame = frame;
+        newer.frame.size = sizeof newer;
+        EdgetamTracker *other = NULL;
+        expect("tracker_new (for the struct-size cases)", edgetam_tracker_new(model, &other),
+               EDGETAM_STATUS_OK, "");
+        expect("track: a newer header's frame, new field zero",
+               edgetam_tracker_track(other, &newer.frame, &result), EDGETAM_STATUS_OK, "");
+        edgetam_result_free(result);
+        result = NULL;
+        newer.newer_field = 7;
+        expect("track: a newer header's frame, new field set",
+               edgetam_tracker_track(other, &newer.frame, &result),
+               EDGETAM_STATUS_INVALID_ARGUMENT, "sets fields libedgetam");
+        edgetam_tracker_free(other);
+    }
     bad = frame;
     bad.format = -1;
     expect("track: negative pixel format", edgetam_tracker_track(tracker, &bad, &result),
@@ -263,6 +306,8 @@ int main(int argc, char **argv) {
     /* --- results --- */
     size_t count = 0;
     EdgetamObject object;
+    memset(&object, 0, sizeof object);
+    object.size = sizeof object;
     expect("result_count: NULL result", edgetam_result_count(NULL, &count),
            EDGETAM_STATUS_NULL_POINTER, "result is NULL");
     expect("result_count", edgetam_result_count(result, &count), EDGETAM_STATUS_OK, "");
@@ -272,6 +317,27 @@ int main(int argc, char **argv) {
     expect("result_find: unknown object", edgetam_result_find(result, 9, &object),
            EDGETAM_STATUS_UNKNOWN_OBJECT, "no object 9");
     expect("result_find", edgetam_result_find(result, 1, &object), EDGETAM_STATUS_OK, "");
+    {
+        EdgetamObject unset;
+        memset(&unset, 0, sizeof unset);
+        expect("result_find: object size not set", edgetam_result_find(result, 1, &unset),
+               EDGETAM_STATUS_INVALID_ARGUMENT, "out->size is 0: set it to sizeof(EdgetamObject)");
+        /* A newer header's larger EdgetamObject: the fields this library knows are written,
+         * the rest left as they are, and size says how many bytes were written. */
+        struct {
+            EdgetamObject object;
+            uint32_t newer_field;
+        } newer;
+        memset(&newer, 0, sizeof newer);
+        newer.object.size = sizeof newer;
+        newer.newer_field = 0xabcdef;
+        expect("result_find: a newer header's object",
+               edgetam_result_find(result, 1, &newer.object), EDGETAM_STATUS_OK, "");
+        expect_true("result_find: a newer header's object gets this library's fields, size set "
+                    "to the bytes written, the rest untouched",
+                    newer.object.size == sizeof(EdgetamObject) && newer.object.id == 1 &&
+                        newer.object.mask == object.mask && newer.newer_field == 0xabcdef);
+    }
     expect_true("result object is 64x48 with a mask",
                 object.mask_width == W && object.mask_height == H && object.mask != NULL);
     static uint8_t copy[W * H];
@@ -293,13 +359,7 @@ int main(int argc, char **argv) {
     memset(uv_plane, 128, sizeof uv_plane);
     memset(u_plane, 100, sizeof u_plane);
     memset(v_plane, 150, sizeof v_plane);
-    EdgetamFrame nv12;
-    memset(&nv12, 0, sizeof nv12);
-    nv12.format = EDGETAM_PIXEL_FORMAT_NV12;
-    nv12.width = W;
-    nv12.height = H;
-    nv12.planes[0].data = y_plane;
-    nv12.planes[0].stride = W + 8;
+    EdgetamFrame nv12 = frame_of(EDGETAM_PIXEL_FORMAT_NV12, y_plane, W, H, W + 8);
     nv12.planes[1].data = uv_plane;
     nv12.planes[1].stride = W + 8;
     expect("track: NV12", edgetam_tracker_track(tracker, &nv12, &result), EDGETAM_STATUS_OK, "");

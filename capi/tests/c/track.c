@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     if (!text || !masks || !padded || !mask) goto fail;
 
     EdgetamModelOptions options = {0};
+    options.size = sizeof options;
     options.device = "cpu";
     options.precision = "f32";
     options.input_size = (uint32_t)strtoul(argv[4], NULL, 10);
@@ -93,6 +94,7 @@ int main(int argc, char **argv) {
                 memcpy(padded + y * stride, rgb + (size_t)y * c.width * 3, (size_t)c.width * 3);
             EdgetamFrame frame;
             memset(&frame, 0, sizeof frame);
+            frame.size = sizeof frame;
             frame.format = EDGETAM_PIXEL_FORMAT_RGB8;
             frame.width = c.width;
             frame.height = c.height;
@@ -112,7 +114,8 @@ int main(int argc, char **argv) {
         CHECK(edgetam_result_count(result, &n));
         case_write_frame(text, outputs, index, w, h, n);
         for (size_t k = 0; k < n; k++) {
-            EdgetamObject o;
+            EdgetamObject o = {0};
+            o.size = sizeof o;
             CHECK(edgetam_result_object(result, k, &o));
             CHECK(edgetam_result_copy_mask(result, o.id, mask, mask_stride * h, mask_stride));
             for (uint32_t y = 0; y < h; y++) memmove(mask + (size_t)y * w, mask + y * mask_stride, w);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../common/case.h"
+#include "support.hpp"
 
 namespace {
 
@@ -46,21 +47,9 @@ int run(int argc, char **argv) {
     std::size_t outputs = 0;
     for (std::size_t i = 0; i < c.num_steps && outputs < max_outputs; i++) {
         const case_step &s = c.steps[i];
+        if (add_prompt_step(tracker, c, s)) continue;
         std::optional<edgetam::Result> result;
         switch (s.kind) {
-        case STEP_BOX:
-            tracker.add_box(s.obj, EdgetamBox{s.box[0], s.box[1], s.box[2], s.box[3]}, s.frame);
-            continue;
-        case STEP_POINTS: {
-            std::vector<EdgetamPoint> points;
-            for (std::size_t k = 0; k < s.num_points; k++)
-                points.push_back(EdgetamPoint{s.px[k], s.py[k], s.label[k]});
-            tracker.add_points(s.obj, points, s.frame);
-            continue;
-        }
-        case STEP_MASK:
-            tracker.add_mask(s.obj, s.mask, c.width, c.height, 0, s.frame);
-            continue;
         case STEP_REMOVE:
             tracker.remove_object(s.obj);
             continue;
@@ -85,6 +74,8 @@ int run(int argc, char **argv) {
         case STEP_REFRESH:
             result.emplace(tracker.refresh());
             break;
+        default:  // the prompts, applied above
+            continue;
         }
         auto [w, h] = result->size();
         std::vector<edgetam::Object> objects = result->objects();
@@ -124,11 +115,4 @@ int run(int argc, char **argv) {
 
 }  // namespace
 
-int main(int argc, char **argv) {
-    try {
-        return run(argc, argv);
-    } catch (const edgetam::Error &e) {
-        std::cerr << "edgetam error " << e.status_name() << ": " << e.what() << "\n";
-        return 1;
-    }
-}
+int main(int argc, char **argv) { return run_reporting_errors(run, argc, argv); }

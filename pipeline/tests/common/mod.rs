@@ -1,50 +1,25 @@
 #![allow(dead_code)]
 //! Shared helpers: the 256 fixture model, synthetic frames, deadlines, byte comparison.
 
-use std::path::PathBuf;
+#[path = "../../../tracker/tests/common/scene.rs"]
+mod scene;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use candle_core::{DType, Device};
-use edgetam_tracker::{EdgeTam, EdgeTamConfig, FrameResult, Weights};
+use candle_core::DType;
+use edgetam_tracker::{EdgeTam, FrameResult};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
+pub use scene::frame_sized;
 
+/// The 256 fixture model, loaded once per test binary.
 pub fn model() -> Arc<EdgeTam> {
     static MODEL: OnceLock<Arc<EdgeTam>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let cfg =
-                EdgeTamConfig::from_file(fixtures().join("image_256/config.json")).expect("config");
-            let w = Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu)
-                .expect("weights");
-            Arc::new(EdgeTam::from_weights(cfg, &w, &Device::Cpu).expect("model"))
-        })
-        .clone()
+    MODEL.get_or_init(|| Arc::new(scene::model_256())).clone()
 }
 
 pub const W: usize = 96;
 pub const H: usize = 64;
-
-/// A deterministic `w x h` RGB frame that changes with `t` (a red block drifting right).
-pub fn frame_sized(t: usize, w: usize, h: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            let inside = (x as i64 - 30 - t as i64).abs() < 12 && (y as i64 - 30).abs() < 10;
-            let base = ((x * 7 + y * 3 + t * 5) % 64) as u8;
-            let (r, g, b) = if inside {
-                (200, 60 + base, 40)
-            } else {
-                (base, 90, 120 + base)
-            };
-            v.extend_from_slice(&[r, g, b]);
-        }
-    }
-    v
-}
 
 pub fn frame(t: usize) -> Vec<u8> {
     frame_sized(t, W, H)

@@ -53,12 +53,19 @@
 use gst::glib;
 use gst::prelude::*;
 
+mod containment;
 pub mod detector;
+mod flow;
 mod imp;
+mod lifecycle;
+mod live;
 mod output;
+mod output_thread;
 pub(crate) mod prompts;
 mod settings;
 mod shared_model;
+mod signals;
+mod state;
 mod timing;
 
 glib::wrapper! {

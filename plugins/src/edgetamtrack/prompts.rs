@@ -256,7 +256,7 @@ pub fn roi_detections(
                 bbox: [x as f32, y as f32, (x + w) as f32, (y + h) as f32],
                 label,
                 confidence,
-                mtd_id: None,
+                source_id: None,
             })
         })
         .collect()
@@ -265,7 +265,7 @@ pub fn roi_detections(
 /// The accepted object-detection Mtds of a buffer's analytics relation metas (the box in frame
 /// pixels, the object type as label, the location confidence). Detections of the first
 /// relation meta, where the element adds its own Mtds, keep their Mtd id (see
-/// [`Detection::mtd_id`]).
+/// [`Detection::source_id`]).
 #[cfg(feature = "v1_24")]
 pub fn analytics_detections(
     buf: &gst::BufferRef,
@@ -296,7 +296,7 @@ pub fn analytics_detections(
                 ],
                 label,
                 confidence,
-                mtd_id: (n == 0).then(|| od.id()),
+                source_id: (n == 0).then(|| od.id()),
             });
         }
     }

@@ -49,20 +49,39 @@ pub fn plugin_dir() -> PathBuf {
     .clone()
 }
 
-/// `program args` with the plugin on `GST_PLUGIN_PATH`, a scratch registry, no inherited
-/// `GST_DEBUG` / `GST_TRACERS`, and `env` set.
-pub fn with_plugin(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+/// `program args` with the plugin on `GST_PLUGIN_PATH`, a scratch registry and no inherited
+/// `GST_DEBUG` / `GST_TRACERS`, to set more on before running it.
+pub fn plugin_command(program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("GST_PLUGIN_PATH", plugin_dir())
         .env("GST_REGISTRY", tmp("registry").join("registry.bin"))
         .env_remove("GST_DEBUG")
         .env_remove("GST_TRACERS");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    cmd
+}
+
+/// Runs [`plugin_command`] with `env` set.
+pub fn with_plugin(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    run(
+        plugin_command(program, args).envs(env.iter().copied()),
+        program,
+    )
+}
+
+/// `cmd`'s output; a tool that cannot be started fails the test with the package to install.
+pub fn run(cmd: &mut Command, program: &str) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {program} (install gstreamer1.0-tools): {e}"))
+}
+
+/// A run that must fail cleanly: a non-zero status and no panic. Its [`text`], for the test to
+/// look for the reason in.
+pub fn failure(o: &Output) -> String {
+    let all = text(o);
+    assert!(!o.status.success(), "must fail: {all}");
+    assert!(!all.contains("panicked"), "{all}");
+    all
 }
 
 /// A command's status and output, for assertion messages.

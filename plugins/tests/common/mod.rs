@@ -101,6 +101,27 @@ pub fn library(frames: &[Vec<u8>], prompts: &str) -> Vec<FrameResult> {
     out
 }
 
+/// The first `n` fixture frames as PNGs in the scratch folder `name` (`000.png`, `001.png`,
+/// ... for a `multifilesrc location=DIR/%03d.png`), and the library pipeline's results on them
+/// with [`PROMPTS`].
+pub fn pngs_and_library(n: usize, name: &str) -> (PathBuf, Vec<FrameResult>) {
+    let frames = frames(n);
+    let dir = tmp(name);
+    write_pngs(&frames, &dir);
+    (dir, library(&frames, PROMPTS))
+}
+
+/// The properties of an element prompted by upstream detections (`source`: `roi-meta` or
+/// `analytics`) of faces and persons of confidence 0.5 and more, posting its messages.
+pub fn detector_props(source: &str) -> [(&str, &str); 4] {
+    [
+        ("prompt-source", source),
+        ("prompt-roi-types", "face,person"),
+        ("min-confidence", "0.5"),
+        ("post-messages", "true"),
+    ]
+}
+
 /// Writes the frames as `dir/000.png`, `001.png`, ...
 pub fn write_pngs(frames: &[Vec<u8>], dir: &Path) {
     for (i, f) in frames.iter().enumerate() {
@@ -122,4 +143,40 @@ pub fn decisions(s: &gst::Structure) -> Vec<(String, u32)> {
             )
         })
         .collect()
+}
+
+/// The objects of a tracking message.
+pub fn objects(s: &gst::Structure) -> Vec<gst::Structure> {
+    s.get::<gst::Array>("objects")
+        .expect("objects")
+        .iter()
+        .map(|v| v.get::<gst::Structure>().expect("object"))
+        .collect()
+}
+
+/// Checks the log of a process run with GStreamer's leaks tracer (`GST_TRACERS=leaks`,
+/// `GST_DEBUG=GST_TRACER:7`): the tracer ran, and no GstObject or mini object was alive at exit.
+pub fn assert_nothing_alive(log: &str) {
+    let tail = || log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
+    assert!(
+        log.contains("object-alive.class"),
+        "the leaks tracer did not run; log tail:\n{}",
+        tail()
+    );
+    let alive: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("object-alive, type-name=") && !l.contains("format string"))
+        .collect();
+    assert!(alive.is_empty(), "alive at exit: {alive:#?}");
+}
+
+/// Buffer `i` of a 10 fps stream (PTS `100 * i` ms, 100 ms long) holding `data`.
+pub fn buffer(data: &[u8], i: u64) -> gst::Buffer {
+    let mut b = gst::Buffer::from_slice(data.to_vec());
+    {
+        let b = b.get_mut().expect("writable");
+        b.set_pts(gst::ClockTime::from_mseconds(100 * i));
+        b.set_duration(gst::ClockTime::from_mseconds(100));
+    }
+    b
 }

@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod decoder;
+mod error;
 pub mod fixture;
 pub mod frame;
 pub mod memory;
@@ -12,26 +13,7 @@ pub mod memory_attention;
 pub mod sequence;
 pub mod vision;
 
-/// Why a check could not run: an unusable fixture, or the model failing on the fixture's inputs.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    /// A reference fixture is unusable or does not match what a check compares it with.
-    #[error("fixture check: {0}")]
-    Fixture(String),
-    /// The model (or loading it) failed.
-    #[error(transparent)]
-    Model(#[from] crate::Error),
-}
-
-impl From<candle_core::Error> for CheckError {
-    fn from(e: candle_core::Error) -> Self {
-        Self::Model(crate::Error::Tensor(e))
-    }
-}
-
-/// Result of a check.
-pub type Result<T, E = CheckError> = std::result::Result<T, E>;
-
+pub use self::error::{CheckError, Result};
 use crate::checks::compare::Comparison;
 
 /// The outcome of one stage check.

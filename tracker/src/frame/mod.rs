@@ -15,6 +15,7 @@ pub(crate) mod convert;
 pub(crate) mod mat;
 pub(crate) mod postprocess;
 pub(crate) mod preprocess;
+pub(crate) mod taps;
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -199,22 +199,3 @@ mod tests {
             .unwrap_or(f64::NAN)
     }
 }
-
-#[cfg(test)]
-mod speed {
-    /// `cargo test --release -p edgetam-tracker --lib kernels::gelu::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn ns_per_element() {
-        let mut v: Vec<f32> = (0..1 << 16).map(|i| (i as f32 / 8192.0) - 4.0).collect();
-        let t = std::time::Instant::now();
-        for _ in 0..200 {
-            super::gelu_slice(&mut v);
-            v.iter_mut().for_each(|x| *x -= 0.5);
-        }
-        println!(
-            "gelu_slice: {:.3} ns per element",
-            t.elapsed().as_secs_f64() * 1e9 / (200.0 * v.len() as f64)
-        );
-    }
-}

@@ -545,51 +545,6 @@ pub fn gemm_rows(
     );
 }
 
-/// `C (+)= A B` through the `gemm` crate for row-major operands (row strides `lda`, `ldb`,
-/// `ldc`): what the benchmark below compares with.
-///
-/// # Safety
-/// `a` addresses `m x k`, `b` `k x n` and `c` `m x n` floats at those strides; `c` aliases
-/// neither input.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn crate_gemm(
-    (m, n, k): (usize, usize, usize),
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    accumulate: bool,
-    parallelism: gemm::Parallelism,
-) {
-    // SAFETY: as the caller guarantees.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c,
-            1,
-            ldc as isize,
-            accumulate,
-            a,
-            1,
-            lda as isize,
-            b,
-            1,
-            ldb as isize,
-            if accumulate { 1.0f32 } else { 0.0 },
-            1.0f32,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -747,58 +702,5 @@ mod tests {
                 .fold(0f32, f32::max);
             assert!(err < 1e-4 * (k as f32).sqrt(), "{m}x{n}x{k}: {err}");
         }
-    }
-
-    /// `cargo test --release -p edgetam-tracker gemm_f32::tests::bench -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn bench() {
-        for (m, n, k) in [
-            (64, 256, 256),
-            (96, 128, 48),
-            (48, 128, 96),
-            (384, 128, 192),
-            (192, 128, 384),
-            (768, 128, 384),
-        ] {
-            bench_shape(m, n, k);
-        }
-    }
-
-    fn bench_shape(m: usize, n: usize, k: usize) {
-        let a = data(m * k, 1);
-        let b = data(k * n, 2);
-        let packed = PackedB::from_rows(&b, k, n, n);
-        let mut c = vec![0f32; m * n];
-        let reps = (2_000_000_000 / (m * n * k)).max(10);
-        let t = std::time::Instant::now();
-        for _ in 0..reps {
-            gemm_packed(m, &a, k, &packed, 0..k, 0..n, &mut c, n, true);
-        }
-        let ours = t.elapsed().as_secs_f64();
-        let t = std::time::Instant::now();
-        for _ in 0..reps {
-            // SAFETY: row-major m x k, k x n, m x n buffers of exactly these sizes.
-            unsafe {
-                crate_gemm(
-                    (m, n, k),
-                    a.as_ptr(),
-                    k,
-                    b.as_ptr(),
-                    n,
-                    c.as_mut_ptr(),
-                    n,
-                    true,
-                    gemm::Parallelism::None,
-                )
-            };
-        }
-        let theirs = t.elapsed().as_secs_f64();
-        let flop = 2.0 * (m * n * k * reps) as f64;
-        println!(
-            "{m}x{n}x{k}: ours {:.1} GFLOP/s, gemm crate {:.1} GFLOP/s",
-            flop / ours / 1e9,
-            flop / theirs / 1e9
-        );
     }
 }

@@ -489,36 +489,3 @@ mod tests {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod speed {
-    use candle_core::{Device, Tensor};
-
-    /// Time per call of the token LayerNorm (memory attention's 4096 x 256) and the
-    /// channels-first one (the mask downsampler's first map):
-    /// `cargo test --release -p edgetam-tracker --lib kernels::norm::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn norms() -> candle_core::Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let ones = |c: usize| Tensor::ones(c, candle_core::DType::F32, &dev);
-        let (w256, b256, w4, b4) = (ones(256)?, ones(256)?, ones(4)?, ones(4)?);
-        let x = Tensor::randn(0f32, 1.0, (1, 4096, 256), &dev)?;
-        let m = Tensor::randn(0f32, 1.0, (1, 4, 512, 512), &dev)?;
-        let time = |name: &str, f: &dyn Fn() -> candle_core::Result<Tensor>| {
-            println!(
-                "{name}: {:.3} ms",
-                crate::instrument::timings::measure::mean_ms(50, f)?
-            );
-            candle_core::Result::Ok(())
-        };
-        time("tokens 4096 x 256", &|| {
-            super::layer_norm(&x, &w256, &b256, 2, 1e-5)
-        })?;
-        time("channels-first 4 x 512 x 512", &|| {
-            super::layer_norm(&m, &w4, &b4, 1, 1e-6)
-        })?;
-        Ok(())
-    }
-}

@@ -296,27 +296,6 @@ mod tests {
         Ok(())
     }
 
-    /// Time of the two resizes a tracked frame does per object (CPU op vs tensor path):
-    /// `cargo test --release -p edgetam-tracker --lib kernels::resize::tests::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn speed() -> Result<()> {
-        let x = Tensor::randn(0f32, 3.0, (1, 1, 256, 256), &Device::Cpu)?;
-        for (hh, ww) in [(360, 640), (1024, 1024)] {
-            let time = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
-                let t0 = std::time::Instant::now();
-                for _ in 0..20 {
-                    f()?;
-                }
-                Ok(t0.elapsed().as_secs_f64() * 1e3 / 20.0)
-            };
-            let fast = time(&|| bilinear(&x, hh, ww))?;
-            let slow = time(&|| resize_axis(&resize_axis(&x, 3, 256, ww)?, 2, 256, hh))?;
-            println!("256x256 -> {hh}x{ww}: op {fast:.2} ms, tensor path {slow:.2} ms");
-        }
-        Ok(())
-    }
-
     #[test]
     fn taps_downscale_skip_pixels() {
         // 4 -> 2: src = 0.5, 2.5: plain averages of neighbours, no antialias.

@@ -185,33 +185,3 @@ pub fn rotate_pairwise(x: &Tensor) -> Result<Tensor> {
     let b = x.narrow(D::Minus1, 1, 1)?;
     Tensor::cat(&[&b.neg()?, &a], D::Minus1)?.reshape(dims)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::memory_attention::rope::AxialRope;
-    use candle_core::Device;
-
-    #[test]
-    fn fused_cpu_rotation_is_bit_identical_to_the_tensor_ops() -> Result<()> {
-        let dev = Device::Cpu;
-        let rope = AxialRope::new(64, 10000.0, [16, 16], &dev)?;
-        for shape in [vec![2usize, 3, 256, 64], vec![256, 64], vec![1, 1, 256, 64]] {
-            let x = Tensor::randn(0f32, 1.0, shape.as_slice(), &dev)?;
-            let want = rotate_ops(&x, rope.cos(), rope.sin())?;
-            let got = rope.apply(&x)?;
-            let diff = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
-            assert_eq!(diff, 0.0, "{shape:?}");
-        }
-        // A large grid: the rows split into several tasks.
-        let rope = AxialRope::new(256, 10000.0, [64, 64], &dev)?;
-        let x = Tensor::randn(0f32, 1.0, (1, 1, 4096, 256), &dev)?;
-        let want = rotate_ops(&x, rope.cos(), rope.sin())?;
-        let diff = (&rope.apply(&x)? - &want)?
-            .abs()?
-            .max_all()?
-            .to_scalar::<f32>()?;
-        assert_eq!(diff, 0.0);
-        Ok(())
-    }
-}

@@ -10,7 +10,6 @@ use candle_nn::{linear, Linear, VarBuilder};
 
 use crate::kernels::linear_bf16::SwitchLinear;
 use crate::kernels::norm::{self, HostNorm};
-use crate::model::decoder::cross_attention::{FoldedHeads, FoldedQueries};
 
 /// Activation between the layers of a [`FeedForward`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,72 +335,6 @@ impl HeadProjections {
             crate::kernels::attention::scaled_dot_product(q, k, v, self.scaling)?
         }; // [N, heads, Lq, head_dim]
         self.project_out(&out)
-    }
-}
-
-/// Multi-head attention with an internal width of `hidden / downsample_rate`
-/// (`EdgeTamVideoAttention` + `eager_attention_forward`): no mask, no RoPE.
-///
-/// The decoder's cross-attentions run at half width (downsample 2); its self-attention at full
-/// width (downsample 1).
-#[derive(Debug, Clone)]
-pub struct Attention {
-    proj: HeadProjections,
-    /// The key and value projections per head, for the few-queries-to-an-image shape
-    /// ([`crate::model::decoder::cross_attention`]).
-    folded: FoldedHeads,
-    /// The query and output projections per head, for the image-to-few-keys shape.
-    folded_queries: FoldedQueries,
-}
-
-impl Attention {
-    pub fn new(
-        hidden_size: usize,
-        num_heads: usize,
-        downsample_rate: usize,
-        vb: VarBuilder,
-    ) -> Result<Self> {
-        let internal = hidden_size / downsample_rate.max(1);
-        if num_heads == 0 || !internal.is_multiple_of(num_heads) {
-            candle_core::bail!("attention width {internal} is not divisible by {num_heads} heads");
-        }
-        let proj = HeadProjections::new(
-            hidden_size,
-            hidden_size,
-            num_heads,
-            internal / num_heads,
-            true,
-            vb,
-        )?;
-        let folded = FoldedHeads::new(&proj)?;
-        let folded_queries = FoldedQueries::new(&proj)?;
-        Ok(Self {
-            proj,
-            folded,
-            folded_queries,
-        })
-    }
-
-    /// `query`: `[N, Lq, C]`, `key`/`value`: `[N, Lk, C]` -> `[N, Lq, C]`.
-    pub fn forward(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
-        let p = &self.proj;
-        let cpu_f32 = [query, key, value]
-            .iter()
-            .all(|t| t.device().is_cpu() && t.dtype() == DType::F32);
-        let (lq, lk) = (query.dim(1)?, key.dim(1)?);
-        if cpu_f32 && !p.bf16_products && FoldedHeads::applies(lq, lk) {
-            return self.folded.forward(p, query, key, value);
-        }
-        if cpu_f32 && !p.bf16_products && FoldedQueries::applies(lq, lk) {
-            return self.folded_queries.forward(p, query, key, value);
-        }
-        self.forward_unfolded(query, key, value)
-    }
-
-    /// [`Self::forward`] with every projection applied (the reference's order of operations).
-    pub fn forward_unfolded(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
-        let p = &self.proj;
-        p.attend(&p.queries(query)?, &p.keys(key)?, &p.values(value)?)
     }
 }
 

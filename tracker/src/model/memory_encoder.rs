@@ -328,7 +328,11 @@ impl MemoryEncoder {
 
     /// [`Self::fuse`] then the projection's convolution, with the last fuser block folded into
     /// the projection ([`ProjectedTail`]) where the fused CPU MLP applies.
-    fn fuse_and_project(&self, pix_feat: &Tensor, mask_features: &Tensor) -> Result<Tensor> {
+    pub(crate) fn fuse_and_project(
+        &self,
+        pix_feat: &Tensor,
+        mask_features: &Tensor,
+    ) -> Result<Tensor> {
         let mut x =
             crate::kernels::add(&self.feature_projection.forward(pix_feat)?, mask_features)?;
         let Some((last, rest)) = self.fuser.split_last() else {
@@ -543,91 +547,6 @@ mod tests {
             diff <= 1e-5 * scale,
             "batch entry 1 differs alone by {diff} (max {scale})"
         );
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod profile {
-    use candle_core::{Device, Tensor};
-
-    use crate::model::config::EdgeTamConfig;
-    use crate::model::edgetam::EdgeTam;
-
-    /// Sub-stage wall times of the memory encoder + perceiver at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side):
-    /// `cargo test --release -p edgetam-tracker --lib memory_encoder::profile -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn sub_stages() -> crate::error::Result<()> {
-        let dev = Device::Cpu;
-        let mut model = EdgeTam::random(
-            EdgeTamConfig::with_image_size(
-                crate::instrument::timings::measure::profile_input_size(),
-            )?,
-            0,
-            &dev,
-        )?;
-        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode.
-        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
-            model.set_precision(crate::Precision::Bf16);
-        }
-        let enc = &model.video.memory_encoder;
-        let s = model.config().image_size;
-        let e = s / 16;
-        let pix = Tensor::randn(0f32, 1.0, (1, 256, e, e), &dev)?;
-        let mask = Tensor::randn(0f32, 1.0, (1, 1, s, s), &dev)?;
-        let t = |name: &str, f: &mut dyn FnMut() -> crate::error::Result<Tensor>| {
-            let _ = f();
-            let mut v = Vec::new();
-            for _ in 0..5 {
-                let t0 = std::time::Instant::now();
-                let _ = f();
-                v.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            v.sort_by(|a, b| a.total_cmp(b));
-            println!("{name}: {:.1} ms", v[2]);
-        };
-        let mut x = mask.clone();
-        for (i, l) in enc.down.iter().enumerate() {
-            let c = l.conv.forward(&x)?;
-            t(&format!("down{i} conv"), &mut || Ok(l.conv.forward(&x)?));
-            let nrm = l.norm.forward(&c)?;
-            t(&format!("down{i} norm"), &mut || Ok(l.norm.forward(&c)?));
-            t(&format!("down{i} gelu"), &mut || {
-                Ok(crate::kernels::gelu::gelu(&nrm)?)
-            });
-            x = crate::kernels::gelu::gelu(&nrm)?;
-        }
-        t("final conv", &mut || Ok(enc.final_conv.forward(&x)?));
-        let mf = enc.downsample_mask(&mask)?;
-        t("downsample_mask", &mut || enc.downsample_mask(&mask));
-        let fp = enc.feature_projection.forward(&pix)?;
-        t("feature projection", &mut || {
-            Ok(enc.feature_projection.forward(&pix)?)
-        });
-        for (i, b) in enc.fuser.iter().enumerate() {
-            let d = b.depthwise.forward(&fp)?;
-            t(&format!("fuser{i} depthwise"), &mut || {
-                Ok(b.depthwise.forward(&fp)?)
-            });
-            let h = b.norm.forward(&d)?;
-            t(&format!("fuser{i} norm"), &mut || Ok(b.norm.forward(&d)?));
-            t(&format!("fuser{i} mlp"), &mut || {
-                Ok(b.pointwise1
-                    .mlp_residual(&b.pointwise2, &h, &fp, Some(&b.host_scale))?
-                    .unwrap_or(h.clone()))
-            });
-        }
-        let fused = enc.fuse(&pix, &mf)?;
-        t("fuse", &mut || enc.fuse(&pix, &mf));
-        let (feats, pos) = enc.project(&fused)?;
-        t("project", &mut || Ok(enc.project(&fused)?.0));
-        t("fuse + project, folded tail", &mut || {
-            enc.fuse_and_project(&pix, &mf)
-        });
-        t("perceiver", &mut || {
-            Ok(model.video.spatial_perceiver.forward(&feats, &pos)?.0)
-        });
         Ok(())
     }
 }

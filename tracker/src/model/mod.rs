@@ -11,6 +11,8 @@
 
 pub(crate) mod config;
 pub(crate) mod conv;
+#[cfg(test)]
+mod conv_tests;
 pub(crate) mod decoder;
 pub(crate) mod edgetam;
 pub(crate) mod hub;

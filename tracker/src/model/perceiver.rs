@@ -441,32 +441,3 @@ mod tests {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod profile {
-    use super::*;
-    use crate::model::weights::random_var_builder;
-    use candle_core::Device;
-
-    /// Wall time of one object's perceiver call at 1024 (64x64 memory), for `perf record`:
-    /// `cargo test --release -p edgetam-tracker --lib model::perceiver::profile -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn one_object() -> Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let cfg = EdgeTamConfig::with_image_size(1024)?;
-        let dev = Device::Cpu;
-        let p = SpatialPerceiver::new(&cfg, random_var_builder(5, &dev))?;
-        let feats = Tensor::randn(0f32, 1.0, (1, 64, 64, 64), &dev)?;
-        let pos = sine_position_embedding(64, 64, 64, &dev)?;
-        let mut times = Vec::new();
-        for _ in 0..40 {
-            let t0 = std::time::Instant::now();
-            p.forward(&feats, &pos)?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        println!("perceiver: median {:.1} ms", times[20]);
-        Ok(())
-    }
-}

@@ -1,11 +1,8 @@
-//! Numeric precision of the model's heaviest products.
+//! Numeric precision of the model's heaviest products. Where each can run
+//! ([`Precision::available_on`]) is in `device.rs`, beside the devices.
 
 use std::fmt;
 use std::str::FromStr;
-
-use candle_core::Device;
-
-use crate::error::{Error, Result};
 
 /// How the model computes its heaviest products.
 ///
@@ -27,32 +24,6 @@ pub enum Precision {
     #[default]
     F32,
     Bf16,
-}
-
-impl Precision {
-    /// Whether this precision can run on `device` in this process: `Ok` for
-    /// [`Precision::F32`] everywhere; [`Precision::Bf16`] needs the CPU, AVX512-BF16 and the
-    /// avx512 kernels (an `EDGETAM_ISA` cap below avx512 rules it out). Otherwise
-    /// [`Error::PrecisionUnavailable`](crate::Error::PrecisionUnavailable), whose message says
-    /// why and what this machine runs instead: front ends refuse a precision that would not run
-    /// rather than silently running another one.
-    pub fn available_on(self, device: &Device) -> Result<()> {
-        let reason = match self {
-            Self::F32 => None,
-            Self::Bf16 if !device.is_cpu() => Some(format!(
-                "the bf16 mode runs on the CPU only (the model is on {})",
-                crate::Backend::of(device)
-            )),
-            Self::Bf16 => crate::kernels::cpu::bf16_unavailable(),
-        };
-        match reason {
-            None => Ok(()),
-            Some(reason) => Err(Error::PrecisionUnavailable {
-                precision: self,
-                reason,
-            }),
-        }
-    }
 }
 
 impl FromStr for Precision {

@@ -46,3 +46,48 @@ pub struct FrameResult {
     /// Wall time of each model stage on this frame (all objects together).
     pub times: StageTimes,
 }
+
+impl ObjectResult {
+    /// A result made from a given mask and its logits instead of by the decoder, for the tests
+    /// and benchmarks of code that consumes results (id masks, drawing, messages, language
+    /// bindings), so that each does not spell out the decoder's fields: one candidate mask
+    /// (`chosen_mask` 0, no multimask), IoU 1, not a prompted frame, visible when `score > 0`.
+    #[doc(hidden)]
+    pub fn from_mask(
+        id: u32,
+        low_res_logits: Tensor,
+        mask: Mask,
+        bbox: Option<[usize; 4]>,
+        area: usize,
+        score: f32,
+    ) -> Self {
+        Self {
+            id,
+            low_res_logits,
+            mask,
+            bbox,
+            area,
+            score,
+            visible: score > 0.0,
+            iou: 1.0,
+            chosen_mask: 0,
+            multimask: false,
+            prompted: false,
+        }
+    }
+}
+
+impl FrameResult {
+    /// Frame 0 of a stream, `width` x `height`, with `objects` and no stage times: the frame
+    /// result that goes with [`ObjectResult::from_mask`].
+    #[doc(hidden)]
+    pub fn from_objects(width: usize, height: usize, objects: Vec<ObjectResult>) -> Self {
+        Self {
+            frame_index: 0,
+            width,
+            height,
+            objects,
+            times: StageTimes::default(),
+        }
+    }
+}

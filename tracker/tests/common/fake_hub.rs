@@ -14,7 +14,8 @@
 //!   `Authorization: Bearer {token}` for its files (401 `GatedRepo` otherwise).
 //!
 //! Every request is logged (`requests()`), one connection per request (`Connection: close`).
-//! Used by `tracker/tests/hub.rs` and the CLI test (`tests/cli.rs`, through `#[path]`).
+//! Used by `tracker/tests/hub.rs`, the CLI test (`tests/cli.rs`) and the element's
+//! `plugins/tests/hub_model.rs` (those two through `#[path]`).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -23,6 +24,23 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+/// The variables that would send hf-hub's requests elsewhere (its HTTP client goes through a
+/// proxy from these and has no `NO_PROXY`, even for loopback) or change what it sends and reads
+/// (a token, offline mode, another cache): a test clears them all, then sets what it means to.
+pub const HUB_ENV: &[&str] = &[
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_CACHE",
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+];
 
 /// One repository: its files and, for a gated one, the token its files need.
 #[derive(Clone)]

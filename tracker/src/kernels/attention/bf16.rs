@@ -728,36 +728,6 @@ mod tests {
         Ok(())
     }
 
-    /// Counted GFLOP/s of the bf16 and exact kernels on the memory self-attention's shapes
-    /// (one head of 256 channels; 1024 and 4096 frame tokens):
-    /// `cargo test --release -p edgetam-tracker --lib attention::bf16::tests::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn speed() -> Result<()> {
-        if !cpu::bf16() {
-            return Ok(());
-        }
-        let dev = Device::Cpu;
-        for l in [1024usize, 4096] {
-            let d = 256;
-            let q = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
-            let k = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
-            let v = Tensor::randn(0f32, 1.0, (1, 1, l, d), &dev)?;
-            let gflops = |ms: f64| 4.0 * (l * l * d) as f64 / ms / 1e6;
-            use crate::instrument::timings::measure::median_ms;
-            let f = median_ms(7, || scaled_dot_product_bf16(&q, &k, &v, 0.0625))?;
-            let e = median_ms(7, || {
-                crate::kernels::attention::scaled_dot_product(&q, &k, &v, 0.0625)
-            })?;
-            println!(
-                "{l}x{l}, d {d}: bf16 {f:.2} ms ({:.0} GFLOP/s), f32 {e:.2} ms ({:.0} GFLOP/s)",
-                gflops(f),
-                gflops(e)
-            );
-        }
-        Ok(())
-    }
-
     /// The fused softmax step with its bf16 rounding gives the same bits as the online softmax
     /// followed by `to_bf16_pairs`: whole and partial 32- and 16-score chunks, an odd count,
     /// and a second tile whose larger scores rescale the first's accumulators.

@@ -196,7 +196,8 @@ impl CpuOp3 for FusedAttention {
 
 /// Up to this many keys the plain matmul + softmax path runs instead of the tiled kernel: the
 /// score matrix is small then, and the tiles (256 keys, 32-column panels) would be mostly
-/// padding (timed by `tests::bench`; BENCHMARKS.md, "Kernel notes").
+/// padding (timed by `cargo bench --bench stages -- attention_shapes`; BENCHMARKS.md, "Kernel
+/// notes").
 const SMALL_LK: usize = 32;
 
 /// One query tile against all keys: `q` `[rows, D]`, `k` the packed `K^T` (`D x Lk`), `v` the
@@ -557,44 +558,6 @@ mod tests {
         ] {
             assert_eq!(out.dims(), &[1, 2, 5, 8]);
             assert_eq!(out.abs()?.sum_all()?.to_scalar::<f32>()?, 0.0);
-        }
-        Ok(())
-    }
-
-    /// Old vs new on the memory attention's shapes, alternating:
-    /// `cargo test --release -p edgetam-tracker --lib attention::tests::bench -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench() -> Result<()> {
-        let shapes = [
-            ("self 4096x4096", 4096usize, 4096usize, 256usize),
-            ("cross 4096x3648", 4096, 3648, 256),
-            ("perceiver 256x4096, d 64", 256, 4096, 64),
-            ("decoder image-to-token 8 heads 4096x8, d 16", 4096, 8, 16),
-            ("decoder token-to-image 8 heads 8x4096, d 16", 8, 4096, 16),
-            ("perceiver windows 256 x (1x16), d 64", 1, 16, 64),
-        ];
-        for (name, lq, lk, d) in shapes {
-            let h = if d == 16 { 8 } else { 1 };
-            let n = if lq == 1 { 256 } else { 1 };
-            let q = tensor((n, h, lq, d), 1, 1.0)?;
-            let k = tensor((n, h, lk, d), 2, 1.0)?;
-            let v = tensor((n, h, lk, d), 3, 1.0)?;
-            let (mut old, mut new) = (Vec::new(), Vec::new());
-            for _ in 0..9 {
-                let t = std::time::Instant::now();
-                scaled_dot_product_unfused(&q, &k, &v, 0.0625)?;
-                old.push(t.elapsed().as_secs_f64() * 1e3);
-                let t = std::time::Instant::now();
-                scaled_dot_product(&q, &k, &v, 0.0625)?;
-                new.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
-            let (o, n) = (median(&mut old), median(&mut new));
-            println!("{name}: unfused {o:.1} ms, fused {n:.1} ms, {:.2}x", o / n);
         }
         Ok(())
     }

@@ -359,34 +359,6 @@ mod tests {
         Ok(())
     }
 
-    /// Counted GFLOP/s of the fused pass (bf16 products and exact) on the memory
-    /// cross-attention's shapes (7 memories, 16 pointers; 1024 and 4096 frame tokens):
-    /// `cargo test --release -p edgetam-tracker --lib split_key::tests::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn speed() -> crate::checks::Result<()> {
-        let dev = Device::Cpu;
-        let (lr, lu, d, e, dv) = (1792usize, 1856usize, 256usize, 65usize, 64usize);
-        for lq in [1024usize, 4096] {
-            let r = |dims: (usize, usize, usize)| Tensor::randn(0f32, 1.0, dims, &dev);
-            let (q, ql) = (r((1, lq, d))?, r((1, lq, e))?);
-            let (kr, kl, v) = (r((1, lr, d))?, r((1, lu, e))?, r((1, lr + lu, dv))?);
-            let gflops =
-                |ms: f64| 2.0 * (lq * (lr * d + lu * e + (lr + lu) * dv)) as f64 / ms / 1e6;
-            use crate::instrument::timings::measure::median_ms;
-            let f = median_ms(7, || {
-                split_key_attention_bf16(&q, &ql, &kr, &kl, &v, 0.0625)
-            })?;
-            let x = median_ms(7, || split_key_attention(&q, &ql, &kr, &kl, &v, 0.0625))?;
-            println!(
-                "{lq} queries: bf16 {f:.2} ms ({:.0} GFLOP/s), f32 {x:.2} ms ({:.0} GFLOP/s)",
-                gflops(f),
-                gflops(x)
-            );
-        }
-        Ok(())
-    }
-
     #[test]
     fn rejects_inconsistent_shapes() -> Result<()> {
         let dev = Device::Cpu;

@@ -271,8 +271,6 @@ fn every_other_body(src: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::conv::Dense;
-    use candle_core::Device;
 
     /// The branch-free im2col segment against the per-element definition.
     #[test]
@@ -299,106 +297,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// The im2col pass against candle's `conv2d` (plain and with GELU).
-    #[test]
-    fn dense_matches_conv2d() -> candle_core::Result<()> {
-        let dev = Device::Cpu;
-        for (n, c, o, k, s, h, w) in [(1, 3, 24, 3, 2, 70, 67), (2, 4, 5, 3, 1, 9, 8)] {
-            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
-            let wt = Tensor::randn(0f32, 1.0, (o, c, k, k), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
-            let d = Dense::new(&wt, &b, s, (k - 1) / 2)?;
-            let plain = dense_conv_reference(&x, &wt, &b.reshape((1, o, 1, 1))?, s, (k - 1) / 2)?;
-            let pairs = [
-                (d.forward(&x)?, plain.clone()),
-                (d.forward_gelu(&x)?, plain.gelu_erf()?),
-            ];
-            for (i, (ours, theirs)) in pairs.iter().enumerate() {
-                assert_eq!(ours.dims(), theirs.dims());
-                let diff = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
-                assert!(diff < 1e-4, "case {i} {n}x{c}->{o} s{s} {h}x{w}: {diff}");
-            }
-        }
-        Ok(())
-    }
-
-    /// bf16 products in the dense conv: within bf16 rounding of candle's conv (channel counts
-    /// whose `in * k * k` is even), exact where it is odd (the kernel does not apply).
-    #[test]
-    fn dense_bf16_within_rounding() -> candle_core::Result<()> {
-        if !crate::kernels::cpu::bf16() {
-            eprintln!("skipped: this CPU has no AVX512-BF16");
-            return Ok(());
-        }
-        let dev = Device::Cpu;
-        for (n, c, o, s, h, w, applies) in [
-            (1usize, 64usize, 256usize, 2usize, 40usize, 36usize, true),
-            (2, 4, 16, 2, 33, 31, true),
-            (1, 3, 24, 2, 20, 20, false),
-        ] {
-            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
-            let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
-            let mut d = Dense::new(&wt, &b, s, 1)?;
-            let plain = dense_conv_reference(&x, &wt, &b.reshape((1, o, 1, 1))?, s, 1)?;
-            d.set_bf16(true);
-            assert_eq!(d.is_bf16(), applies);
-            let got = d.forward(&x)?;
-            let err = crate::checks::compare::compare(&got, &plain)
-                .map_err(|e| candle_core::Error::Msg(e.to_string()))?
-                .rel_l2;
-            if applies {
-                assert!(err < 1e-2 && err > 0.0, "{c}->{o}: rel {err}");
-            } else {
-                assert!(err < 1e-6, "{c}->{o} stays exact: rel {err}");
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod speed {
-    use candle_core::{Device, Tensor};
-
-    /// Time per call of the dense convs at their 1024 shapes (the stem; the mask downsampler;
-    /// `EDGETAM_PROFILE_SIZE=N`: another input side):
-    /// `cargo test --release -p edgetam-tracker --lib kernels::conv::dense::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn dense_shapes() -> candle_core::Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let size = crate::instrument::timings::measure::profile_input_size();
-        for (c, o, side, gelu) in [
-            (3usize, 24usize, size, true),
-            (24, 48, size / 2, false),
-            (1, 4, size, false),
-            (4, 16, size / 2, false),
-            (16, 64, size / 4, false),
-            (64, 256, size / 8, false),
-        ] {
-            let x = Tensor::randn(0f32, 1.0, (1, c, side, side), &dev)?;
-            let wt = Tensor::randn(0f32, 0.1, (o, c, 3, 3), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
-            let d = crate::model::conv::Dense::new(&wt, &b, 2, 1)?;
-            let run = || {
-                if gelu {
-                    d.forward_gelu(&x)
-                } else {
-                    d.forward(&x)
-                }
-            };
-            let s = crate::instrument::timings::measure::mean_ms(10, run)? / 1e3;
-            let mac = (o * c * 9 * side * side / 4) as f64;
-            println!(
-                "{c:3} -> {o:3} at {side}: {:.2} ms, {:.0} GFLOP/s",
-                s * 1e3,
-                2.0 * mac / s / 1e9
-            );
-        }
-        Ok(())
     }
 }

@@ -231,35 +231,3 @@ impl CustomOp2 for FusedPointwise<'_> {
         self.run(s1, l1, Some(r))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::conv::Pointwise;
-    use candle_core::Device;
-
-    /// The fused pass against the matrix-product reference (and GELU / residual).
-    #[test]
-    fn fused_matches_plain() -> candle_core::Result<()> {
-        let dev = Device::Cpu;
-        for (n, c, o, h, w) in [(1, 48, 96, 9, 7), (2, 5, 3, 4, 4), (1, 7, 7, 1, 1)] {
-            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
-            let r = Tensor::randn(0f32, 1.0, (n, o, h, w), &dev)?;
-            let wt = Tensor::randn(0f32, 1.0, (o, c, 1, 1), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, o, &dev)?;
-            let pw = Pointwise::new(&wt, &b)?;
-            let plain = pointwise_reference(&x, &wt.reshape((o, c))?, &b.reshape((o, 1))?)?;
-            let pairs = [
-                (pw.forward(&x)?, plain.clone()),
-                (pw.forward_gelu(&x)?, plain.gelu_erf()?),
-                (pw.forward_add(&x, &r)?, (&r + &plain)?),
-            ];
-            for (i, (ours, theirs)) in pairs.iter().enumerate() {
-                assert_eq!(ours.dims(), theirs.dims());
-                let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
-                assert!(d < 1e-4, "case {i} {n}x{c}->{o} {h}x{w}: {d}");
-            }
-        }
-        Ok(())
-    }
-}

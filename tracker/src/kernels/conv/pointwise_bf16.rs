@@ -21,8 +21,8 @@ const LOCAL_STRIDE: usize = PIXELS_PER_TASK + 16;
 
 /// Input channel pairs per pass over a 64-pixel strip: their packed rows (24 KiB) stay in L1
 /// while every output channel reads them. Without the split, the 768-wide hidden of RepViT's
-/// last stage (96 KiB per strip) streamed from L2 for each 4 outputs (`channel_mixer::speed`;
-/// BENCHMARKS.md, "Kernel notes").
+/// last stage (96 KiB per strip) streamed from L2 for each 4 outputs (`cargo bench --bench
+/// stages -- channel_mixer`; BENCHMARKS.md, "Kernel notes").
 const K_PAIRS: usize = 96;
 
 /// How a [`PackedWeight`]'s products round their inputs.
@@ -447,122 +447,4 @@ pub(crate) unsafe fn accumulate_block(
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (w, x, ld_x, n, scratch, out, ld_out);
-}
-
-#[cfg(test)]
-mod tests {
-    use candle_core::{Device, Tensor};
-
-    use crate::model::conv::Pointwise;
-
-    fn rel(a: &Tensor, b: &Tensor) -> candle_core::Result<f32> {
-        let d = (a - b)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
-        let n = b.sqr()?.sum_all()?.to_scalar::<f32>()?;
-        Ok((d / n).sqrt())
-    }
-
-    /// bf16 1x1 convolutions against the exact ones: odd channel counts, pixel counts that are
-    /// not multiples of 16 or span several tasks, a batch of 2, residual and GELU epilogues.
-    #[test]
-    fn matches_the_exact_conv_within_bf16_rounding() -> candle_core::Result<()> {
-        if !crate::kernels::cpu::bf16() {
-            eprintln!("skipped: this CPU has no AVX512-BF16");
-            return Ok(());
-        }
-        let dev = Device::Cpu;
-        // (Where AMX runs: whole 16x16 tiles on the tile unit, the rest on the AVX-512 blocks;
-        // 40 outputs at 13x11 pixels mix both.)
-        for (n, ci, co, h, w) in [
-            (1usize, 48usize, 96usize, 40usize, 40usize),
-            (2, 24, 6, 13, 11),
-            (1, 256, 32, 64, 64),
-            (1, 48, 40, 13, 11),
-        ] {
-            let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, co, &dev)?;
-            let exact = Pointwise::new(&wt, &b)?;
-            let mut fast = Pointwise::new(&wt, &b)?;
-            fast.set_bf16(true);
-            let x = Tensor::randn(0f32, 1.0, (n, ci, h, w), &dev)?;
-            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
-            for (name, want, got) in [
-                ("plain", exact.forward(&x)?, fast.forward(&x)?),
-                ("gelu", exact.forward_gelu(&x)?, fast.forward_gelu(&x)?),
-                (
-                    "residual",
-                    exact.forward_add(&x, &r)?,
-                    fast.forward_add(&x, &r)?,
-                ),
-            ] {
-                let e = rel(&got, &want)?;
-                assert!(
-                    e < 1e-2 && e > 0.0,
-                    "{name} {n}x{ci}->{co} {h}x{w}: rel {e:e}"
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod split {
-    use candle_core::{Device, Tensor};
-
-    use super::Rounding;
-    use crate::model::conv::Pointwise;
-
-    /// Split products (AMX only) are f32-accurate: within 1e-5 (relative L2) of the exact
-    /// conv, where bf16 is off by ~1e-3; the tile and edge paths both take part.
-    #[test]
-    fn split_products_match_the_exact_conv_to_f32_accuracy() -> candle_core::Result<()> {
-        if !crate::kernels::amx::available() {
-            eprintln!("skipped: no AMX here");
-            return Ok(());
-        }
-        let dev = Device::Cpu;
-        for (ci, co, h, w) in [(192usize, 384usize, 32usize, 32usize), (48, 40, 13, 11)] {
-            let wt = Tensor::randn(0f32, 0.1, (co, ci, 1, 1), &dev)?;
-            let b = Tensor::randn(0f32, 1.0, co, &dev)?;
-            let exact = Pointwise::new(&wt, &b)?;
-            let mut fast = Pointwise::new(&wt, &b)?;
-            assert!(fast.set_rounding(Some(Rounding::Split)));
-            let x = Tensor::randn(0f32, 1.0, (1, ci, h, w), &dev)?;
-            let (want, got) = (exact.forward(&x)?, fast.forward(&x)?);
-            let d = (&got - &want)?.sqr()?.sum_all()?.to_scalar::<f32>()?;
-            let e = (d / want.sqr()?.sum_all()?.to_scalar::<f32>()?).sqrt();
-            assert!(e < 1e-5, "{ci}->{co} at {h}x{w}: relative L2 {e:e}");
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod speed {
-    use candle_core::{Device, Tensor};
-
-    use crate::model::conv::Pointwise;
-
-    /// Time per call of the memory encoder's 256 -> 256 1x1 convs at 64x64 (exact and bf16):
-    /// `cargo test --release -p edgetam-tracker --lib pointwise_bf16::speed -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn memory_encoder_shape() -> candle_core::Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let wt = Tensor::randn(0f32, 0.1, (256, 256, 1, 1), &dev)?;
-        let b = Tensor::randn(0f32, 1.0, 256, &dev)?;
-        let x = Tensor::randn(0f32, 1.0, (1, 256, 64, 64), &dev)?;
-        for bf16 in [false, true] {
-            let mut conv = Pointwise::new(&wt, &b)?;
-            conv.set_bf16(bf16);
-            let s = crate::instrument::timings::measure::mean_ms(20, || conv.forward(&x))? / 1e3;
-            println!(
-                "256 -> 256 at 64x64, bf16 {bf16}: {:.2} ms, {:.0} GFLOP/s",
-                s * 1e3,
-                2.0 * 256.0 * 256.0 * 4096.0 / s / 1e9
-            );
-        }
-        Ok(())
-    }
 }

@@ -23,7 +23,7 @@ use candle_core::cuda_backend::{CudaDevice, DeviceId, WrapErr};
 use candle_core::{CpuStorage, CudaStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
 use crate::error::{Error, Result};
-use crate::frame::preprocess::{axis, MEAN, STD};
+use crate::frame::taps::{axis, MEAN, STD};
 use crate::frame::{Frame, PixelFormat};
 
 /// The kernels, compiled with NVRTC (see [`super::ptx`]). Indices are int: frames are limited to

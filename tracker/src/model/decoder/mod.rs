@@ -8,6 +8,7 @@
 //! `conv_s0`/`conv_s1` live under `mask_decoder.*` in the checkpoint but run once per frame, so
 //! the image encoder loads them; this module takes their outputs.
 
+pub(crate) mod attention;
 pub(crate) mod cross_attention;
 pub(crate) mod two_way_transformer;
 pub(crate) mod upscale;
@@ -371,59 +372,5 @@ fn expand_rows(t: &Tensor, b: usize, p: usize, inner: &[usize], what: &str) -> R
         n => Err(Error::InvalidImage(format!(
             "{what} has batch {n}, expected {b} (one per prompt row) or 1 (shared)"
         ))),
-    }
-}
-
-#[cfg(test)]
-mod profile {
-    use candle_core::{Device, Tensor};
-
-    use crate::model::config::EdgeTamConfig;
-    use crate::model::edgetam::EdgeTam;
-
-    /// Wall time of one decoder call at 1024 (`EDGETAM_PROFILE_SIZE=N`: another input side; one object, no prompt: a tracked frame), for
-    /// `perf record`:
-    /// `cargo test --release -p edgetam-tracker --lib model::decoder::profile -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn tracked_frame_call() -> crate::error::Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let model = EdgeTam::random(
-            EdgeTamConfig::with_image_size(
-                crate::instrument::timings::measure::profile_input_size(),
-            )?,
-            0,
-            &dev,
-        )?;
-        let e = model.config().image_size / 16;
-        let r = |d: &[usize]| Tensor::randn(0f32, 1.0, d, &dev);
-        let (embed, pe, dense) = (
-            r(&[1, 256, e, e])?,
-            r(&[1, 256, e, e])?,
-            r(&[1, 256, e, e])?,
-        );
-        let sparse = r(&[1, 1, 2, 256])?;
-        let (s0, s1) = (r(&[1, 32, 4 * e, 4 * e])?, r(&[1, 64, 2 * e, 2 * e])?);
-        let dec = model.mask_decoder();
-        let mut times = Vec::new();
-        for _ in 0..20 {
-            let t0 = std::time::Instant::now();
-            dec.forward(
-                &super::DecoderInputs {
-                    image_embed: &embed,
-                    image_pe: &pe,
-                    sparse: &sparse,
-                    dense: &dense,
-                    feat_s0: &s0,
-                    feat_s1: &s1,
-                },
-                false,
-            )?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        println!("mask decoder: median {:.1} ms", times[10]);
-        Ok(())
     }
 }

@@ -7,8 +7,9 @@ use candle_nn::VarBuilder;
 use crate::error::Result;
 use crate::kernels::nchw_to_tokens;
 use crate::model::config::MaskDecoderConfig;
+use crate::model::decoder::attention::Attention;
 use crate::model::layers::{
-    Activation, Attention, FeedForward, FeedForwardSpec, LayerNorm, TORCH_LAYER_NORM_EPS,
+    Activation, FeedForward, FeedForwardSpec, LayerNorm, TORCH_LAYER_NORM_EPS,
 };
 
 /// One `EdgeTamVideoTwoWayAttentionBlock`.

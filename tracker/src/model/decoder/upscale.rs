@@ -65,3 +65,90 @@ impl Upscale2x {
         upscale_2x(x, layout, (h, w), residual, norm, weights)
     }
 }
+
+/// The fast CPU path of `kernels/conv/upscale.rs` against its plain form (the test lives here, above both).
+#[cfg(test)]
+mod kernel_tests {
+    use super::*;
+    use crate::kernels::conv::upscale::*;
+    use crate::model::decoder::upscale::Upscale2x;
+    use crate::model::layers::LayerNorm2d;
+    use crate::model::weights::random_var_builder;
+    use candle_core::Device;
+
+    fn max_abs(t: &Tensor) -> candle_core::Result<f32> {
+        t.abs()?.max_all()?.to_scalar::<f32>()
+    }
+
+    /// The fused pass against the tensor ops, for both input layouts, shared and per-row
+    /// residuals, with and without the norm; odd sizes leave a partial last row block.
+    #[test]
+    fn fused_matches_tensor_ops() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let vb = random_var_builder(7, &dev);
+        let (c_in, c_out, h, w) = (24usize, 8usize, 13usize, 21usize);
+        let up = Upscale2x::new(c_in, c_out, vb.pp("up"))?;
+        let norm = LayerNorm2d::new(c_out, 1e-6, vb.pp("norm"))?;
+        let host = norm.host()?;
+        let gelu = crate::model::layers::Activation::Gelu;
+        for (n, rn) in [(1usize, 1usize), (3, 1), (2, 2)] {
+            let tokens = Tensor::randn(0f32, 1.0, (n, h * w, c_in), &dev)?;
+            let res = Tensor::randn(0f32, 1.0, (rn, c_out, 2 * h, 2 * w), &dev)?;
+            let plain = up
+                .forward(&tokens.transpose(1, 2)?, h, w)?
+                .broadcast_add(&res)?;
+            for with_norm in [true, false] {
+                let want = if with_norm {
+                    gelu.apply(&norm.forward(&plain)?)?
+                } else {
+                    gelu.apply(&plain)?
+                };
+                let got = up
+                    .forward_fused(
+                        &tokens,
+                        InputLayout::Tokens,
+                        (h, w),
+                        &res,
+                        with_norm.then_some(&host),
+                    )?
+                    .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+                let err = max_abs(&(&got - &want)?)?;
+                assert!(
+                    err <= 1e-5 * max_abs(&want)?.max(1.0),
+                    "tokens n {n} rn {rn}: {err}"
+                );
+            }
+            // Channels-first input (the second upscale).
+            let chans = tokens
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape((n, c_in, h, w))?;
+            let got = up
+                .forward_fused(&chans, InputLayout::Channels, (h, w), &res, None)?
+                .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+            let want = gelu.apply(&plain)?;
+            let err = max_abs(&(&got - &want)?)?;
+            assert!(
+                err <= 1e-5 * max_abs(&want)?.max(1.0),
+                "channels n {n}: {err}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn rejects_mismatched_residuals() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let up = Upscale2x::new(8, 4, random_var_builder(1, &dev).pp("up"))?;
+        let x = Tensor::zeros((2, 8, 5, 5), DType::F32, &dev)?;
+        let bad = Tensor::zeros((2, 4, 10, 9), DType::F32, &dev)?;
+        assert!(up
+            .forward_fused(&x, InputLayout::Channels, (5, 5), &bad, None)
+            .is_err());
+        let bad_batch = Tensor::zeros((3, 4, 10, 10), DType::F32, &dev)?;
+        assert!(up
+            .forward_fused(&x, InputLayout::Channels, (5, 5), &bad_batch, None)
+            .is_err());
+        Ok(())
+    }
+}

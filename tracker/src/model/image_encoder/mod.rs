@@ -177,6 +177,29 @@ impl ImageEncoder {
         Ok((features, EncoderInternals { stages, fpn, pos }))
     }
 
+    /// The backbone, for timing it apart (`crate::bench_support`).
+    #[cfg(feature = "checks")]
+    pub(crate) fn backbone(&self) -> &RepVit {
+        &self.backbone
+    }
+
+    /// The FPN neck, for timing it apart (`crate::bench_support`).
+    #[cfg(feature = "checks")]
+    pub(crate) fn neck(&self) -> &VisionNeck {
+        &self.neck
+    }
+
+    /// `conv_s0` and `conv_s1` from the backbone stages as the tracking path runs them (no
+    /// high-resolution FPN levels), for timing them apart (`crate::bench_support`).
+    #[cfg(feature = "checks")]
+    pub(crate) fn high_res(&self, stages: &[Tensor]) -> Result<[Tensor; 2]> {
+        let [s0, s1] = &self.high_res;
+        Ok([
+            s0.forward(&self.neck, stages, None, 0)?,
+            s1.forward(&self.neck, stages, None, 1)?,
+        ])
+    }
+
     fn backbone_stages(&self, pixel_values: &Tensor) -> Result<Vec<Tensor>> {
         let s = self.image_size;
         match pixel_values.dims() {
@@ -201,65 +224,6 @@ impl ImageEncoder {
             feat_s0: s0.forward(&self.neck, stages, fpn, 0)?,
             feat_s1: s1.forward(&self.neck, stages, fpn, 1)?,
         })
-    }
-}
-
-#[cfg(test)]
-mod profile {
-    use candle_core::{Device, Tensor};
-
-    use crate::model::config::EdgeTamConfig;
-    use crate::model::edgetam::EdgeTam;
-
-    /// Wall times of the image encoder's parts at 1024 (medians of 5):
-    /// `cargo test --release -p edgetam-tracker --lib image_encoder::profile -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn parts() -> crate::error::Result<()> {
-        crate::instrument::allocator::keep_freed_memory();
-        let dev = Device::Cpu;
-        let mut model = EdgeTam::random(EdgeTamConfig::default(), 0, &dev)?;
-        // `EDGETAM_PROFILE_BF16=1`: the bf16 mode.
-        if std::env::var_os("EDGETAM_PROFILE_BF16").is_some() {
-            model.set_precision(crate::Precision::Bf16);
-        }
-        let enc = &model.image_encoder;
-        let s = model.config().image_size;
-        let x = Tensor::randn(0f32, 1.0, (1, 3, s, s), &dev)?;
-        let median = |name: &str, f: &mut dyn FnMut() -> crate::error::Result<()>| {
-            let mut v = Vec::new();
-            for _ in 0..6 {
-                let t0 = std::time::Instant::now();
-                let _ = f();
-                v.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            v.sort_by(|a, b| a.total_cmp(b));
-            println!("{name:24} {:7.1} ms", v[3]);
-        };
-        let stages = enc.backbone.forward(&x)?;
-        median("backbone", &mut || {
-            enc.backbone.forward(&x)?;
-            Ok(())
-        });
-        median("whole neck (checks only)", &mut || {
-            enc.neck.forward(&stages)?;
-            Ok(())
-        });
-        median("neck: stride-16 level", &mut || {
-            enc.neck.embedding(&stages)?;
-            Ok(())
-        });
-        median("conv_s0 + conv_s1", &mut || {
-            let [s0, s1] = &enc.high_res;
-            s0.forward(&enc.neck, &stages, None, 0)?;
-            s1.forward(&enc.neck, &stages, None, 1)?;
-            Ok(())
-        });
-        median("whole", &mut || {
-            enc.forward(&x)?;
-            Ok(())
-        });
-        Ok(())
     }
 }
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# ABI check of libedgetam with libabigail's abidiff (Debian's abigail-tools): the library just
+# built (NEW, default target/release/libedgetam.so) against the one built from the baseline
+# commit (capi/abi-baseline, or ABI_BASE=<commit>), and a verdict naming what changed:
+#
+#   abi: compatible (no change)                      abidiff found nothing
+#   abi: compatible (additions: ...)                 only new functions, or fields appended
+#                                                    to a versioned struct (its `size` says
+#                                                    which fields a caller has)
+#   abi: INCOMPATIBLE, soname unchanged: ...         exit 1: programs built against the
+#                                                    baseline would load this library and break
+#   abi: incompatible, new soname A (was B): ...     allowed: the loader refuses the old
+#                                                    programs, as 0.x minor bumps intend
+#
+#   capi/abi-check.sh                # after `cargo build --release -p edgetam-capi --lib`
+#   capi/abi-check.sh --base-only    # build (or find cached) the baseline library and stop
+#
+# The baseline library is built once per commit (a `git worktree` of that commit under /tmp,
+# compiled in a temporary copy of this checkout's target/release, whose dependencies it reuses:
+# only the workspace's own crates compile again, ~2-3 min on 2 cores plus the copy) and cached
+# by commit hash in ABI_CACHE (default /var/cache/edgetam-ci/abi/<hash>/, else
+# ~/.cache/edgetam-ci/abi/<hash>/). Both libraries are built with full debug info for the capi
+# crate (CAPI_ABI_CONFIG), which is what abidiff reads the structs and signatures from.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+base=${ABI_BASE:-$(sed -n 's/^\([0-9a-f]\{40\}\).*/\1/p' capi/abi-baseline | head -n 1)}
+if [ -z "$base" ]; then
+  echo "abi: no baseline commit (capi/abi-baseline)" >&2
+  exit 1
+fi
+if ! command -v abidiff > /dev/null; then
+  echo "abi: abidiff is not installed (Debian's abigail-tools)" >&2
+  exit 1
+fi
+cache_root=${ABI_CACHE:-${EDGETAM_CI_CACHE:-/var/cache/edgetam-ci}/abi}
+if ! mkdir -p "$cache_root" 2> /dev/null || [ ! -w "$cache_root" ]; then
+  cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/edgetam-ci/abi
+  mkdir -p "$cache_root"
+fi
+config=(--config "${CAPI_ABI_CONFIG:-profile.release.package.edgetam-capi.debug=2}")
+cached=$cache_root/$base/libedgetam.so
+if [ ! -s "$cached" ]; then
+  if ! git cat-file -e "$base^{commit}" 2> /dev/null; then
+    echo "abi: the baseline commit $base is not in this clone (fetch it, or set ABI_BASE)" >&2
+    exit 1
+  fi
+  t0=$SECONDS
+  worktree=$(mktemp -d /tmp/edgetam-abi-base.XXXXXX)
+  git worktree add --quiet --detach "$worktree" "$base" || exit 1
+  # The base's own lock file and sources, built in a copy of this checkout's release folder:
+  # its compiled dependencies are reused, and the workspace's crates, whose artifact names do
+  # not depend on where the workspace lies, compile anew there instead of overwriting this
+  # checkout's (its build-script outputs included).
+  own_target=${CARGO_TARGET_DIR:-$PWD/target}
+  base_target=$worktree/target
+  mkdir -p "$base_target"
+  [ -d "$own_target/release" ] && cp -a "$own_target/release" "$base_target/"
+  CARGO_TARGET_DIR=$base_target cargo build --release --locked \
+    --manifest-path "$worktree/Cargo.toml" -p edgetam-capi --lib "${config[@]}"
+  status=$?
+  if [ "$status" -eq 0 ]; then
+    mkdir -p "$cache_root/$base"
+    cp "$base_target/release/libedgetam.so" "$cached.tmp" && mv "$cached.tmp" "$cached"
+  fi
+  git worktree remove --force "$worktree"
+  [ "$status" -eq 0 ] || { echo "abi: building the baseline $base failed" >&2; exit 1; }
+  echo "abi: baseline $base built in $((SECONDS - t0)) s, cached in $cache_root/$base"
+fi
+[ "${1:-}" = "--base-only" ] && exit 0
+
+new=${NEW:-${CARGO_TARGET_DIR:-target}/release/libedgetam.so}
+soname() { readelf -d "$1" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'; }
+old_soname=$(soname "$cached")
+new_soname=$(soname "$new")
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+# Fields appended at the end of a versioned struct (its first field is `size`) are compatible
+# by construction: callers say which version of the struct they hold.
+abidiff --suppressions capi/abi.suppr --no-show-locs "$cached" "$new" > "$report" 2>&1
+code=$?
+summary() { grep -E 'Functions changes summary|Variables changes summary' "$report" | sed 's/^ *//' | paste -sd ';' -; }
+if [ $((code & 3)) -ne 0 ]; then
+  cat "$report"
+  echo "abi: abidiff failed (exit $code)"
+  exit 1
+fi
+removed=$(sed -n 's/.*Functions changes summary: \([0-9]*\) Removed.*/\1/p' "$report")
+changed=$(sed -n 's/.*Removed, \([0-9]*\) Changed.*/\1/p' "$report")
+if [ "$code" -eq 0 ]; then
+  echo "abi: compatible (no change against $base)"
+  exit 0
+fi
+if [ $((code & 8)) -eq 0 ] && [ "${removed:-0}" = 0 ] && [ "${changed:-0}" = 0 ]; then
+  cat "$report"
+  echo "abi: compatible (additions only against $base: $(summary))"
+  exit 0
+fi
+cat "$report"
+if [ "$old_soname" != "$new_soname" ]; then
+  echo "abi: incompatible, new soname $new_soname (was $old_soname): $(summary)"
+  exit 0
+fi
+echo "abi: INCOMPATIBLE, soname unchanged ($new_soname) against $base: $(summary)"
+exit 1

@@ -1,0 +1,159 @@
+# Helpers for scripts/test.sh and the step scripts it runs (source it; bash only).
+#
+# * A cache outside the clone (EDGETAM_CI_CACHE, default /var/cache/edgetam-ci when it can be
+#   written, else ~/.cache/edgetam-ci): CI runs on a fresh clone every time, so whatever is kept
+#   inside the clone (target/, .cuda-toolkit/) is lost between runs.
+# * Input keys: a hash of the committed files a step reads (and of any uncommitted change to
+#   them), the toolchain and the step's own script. A step that passed with the same key is
+#   skipped (`ci_passed`), so a change to the GStreamer element does not re-run the ARM64
+#   emulation, while any change to what a step reads runs it again. EDGETAM_CI_FULL=1 runs every
+#   step whatever its key.
+# * Timings: `ci_step_time NAME SECONDS` records a step's wall time; `ci_step_summary` prints them
+#   all in one line at the end.
+
+ci_cache_dir() {
+  local dir=${EDGETAM_CI_CACHE:-/var/cache/edgetam-ci}
+  if mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ]; then
+    echo "$dir"
+  else
+    dir=${XDG_CACHE_HOME:-$HOME/.cache}/edgetam-ci
+    mkdir -p "$dir"
+    echo "$dir"
+  fi
+}
+
+# ci_inputs_key PATH...: a 16-hex-digit key of what PATHs hold (tracked files by their blob
+# hashes, uncommitted changes and untracked files by content), of the Rust toolchain and of the
+# CPU model (a step that passed on one kind of machine runs again on another).
+ci_inputs_key() {
+  {
+    rustc --version 2>/dev/null || true
+    grep -m1 '^model name' /proc/cpuinfo || true
+    git ls-files -s -- "$@"
+    git diff HEAD -- "$@" 2>/dev/null || true
+    git ls-files --others --exclude-standard -z -- "$@" | xargs -0 -r sha256sum
+  } | sha256sum | cut -c1-16
+}
+
+# ci_passed NAME KEY: true when step NAME passed before with inputs KEY (and EDGETAM_CI_FULL is
+# not 1).
+ci_passed() {
+  [ "${EDGETAM_CI_FULL:-0}" != 1 ] && [ -f "$(ci_cache_dir)/passed/$1-$2" ]
+}
+
+# ci_mark_passed NAME KEY: records that step NAME passed with inputs KEY (older keys of the step
+# are forgotten).
+ci_mark_passed() {
+  local dir
+  dir="$(ci_cache_dir)/passed"
+  mkdir -p "$dir"
+  rm -f "$dir/$1"-*
+  date -u +%FT%TZ > "$dir/$1-$2"
+}
+
+# ci_link_into_cache NAME: in CI (or with EDGETAM_CI_TARGET=1), a clone without ./NAME gets it as
+# a link to the cache's NAME, so what it holds outlives the clone. A clone with its own ./NAME
+# keeps it.
+ci_link_into_cache() {
+  if [ -e "$1" ] || [ -L "$1" ]; then return 0; fi
+  if [ "${CI:-}" != true ] && [ "${EDGETAM_CI_TARGET:-0}" != 1 ]; then return 0; fi
+  local dir
+  dir="$(ci_cache_dir)/$1"
+  mkdir -p "$dir"
+  ln -s "$dir" "$1"
+  echo "ci: $1 -> $dir"
+}
+
+# ci_gated NAME LOG PATH... -- COMMAND...: runs COMMAND (its output also appended to LOG) unless
+# step NAME passed before with the same inputs (ci_inputs_key PATH...); records a pass. Returns
+# COMMAND's status (0 when skipped).
+ci_gated() {
+  local name=$1 log=$2 key rc
+  shift 2
+  local paths=()
+  while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
+    paths+=("$1")
+    shift
+  done
+  shift
+  key=$(ci_inputs_key "${paths[@]}")
+  if ci_passed "$name" "$key"; then
+    echo "$name: skipped, inputs unchanged since it passed (key $key)" | tee -a "$log"
+    return 0
+  fi
+  set +e
+  "$@" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -eq 0 ]; then ci_mark_passed "$name" "$key"; fi
+  return "$rc"
+}
+
+# The workspace's target folder kept in the cache (ci_link_into_cache), so dependencies are not
+# compiled again on every run.
+ci_link_target() {
+  if [ -e target ] || [ -L target ]; then return 0; fi
+  ci_bound_build_caches
+  ci_link_into_cache target
+}
+
+# The cached build folders (the host's, ARM64's, fuzz's, the MSRV check's, Debian 13's) only
+# grow: cargo keeps every superseded artifact beside the new one, ~5 GB per changed workspace.
+# Before a run they are emptied (the next build is cold) when the host's target folder is over
+# EDGETAM_CI_TARGET_MAX_GB (default 20) or the cache's filesystem has less than
+# EDGETAM_CI_MIN_FREE_GB (default 30) free, so a long-lived CI machine never runs out of disk
+# mid-run. Toolkits, the Debian 13 root and venvs are kept.
+CI_BUILD_CACHES=(target aarch64-target fuzz-target msrv-target debian13/target)
+ci_bound_build_caches() {
+  local cache target_kb free_kb reason=""
+  cache=$(ci_cache_dir)
+  local max_kb=$((${EDGETAM_CI_TARGET_MAX_GB:-20} * 1024 * 1024))
+  local min_free_kb=$((${EDGETAM_CI_MIN_FREE_GB:-30} * 1024 * 1024))
+  target_kb=$(du -sk "$cache/target" 2>/dev/null | cut -f1 || true)
+  free_kb=$(df -Pk "$cache" | awk 'NR == 2 { print $4 }')
+  if [ "${target_kb:-0}" -gt "$max_kb" ]; then
+    reason="$cache/target is $((target_kb / 1048576)) GB (over ${EDGETAM_CI_TARGET_MAX_GB:-20} GB)"
+  elif [ "${free_kb:-0}" -lt "$min_free_kb" ]; then
+    reason="$((free_kb / 1048576)) GB free on $cache's disk (under ${EDGETAM_CI_MIN_FREE_GB:-30} GB)"
+  fi
+  if [ -n "$reason" ]; then
+    local d
+    for d in "${CI_BUILD_CACHES[@]}"; do
+      [ -d "$cache/$d" ] && rm -rf --one-file-system "${cache:?}/$d"
+    done
+    free_kb=$(df -Pk "$cache" | awk 'NR == 2 { print $4 }')
+    echo "ci: $reason: the cached build folders emptied ($((free_kb / 1048576)) GB free now)"
+  fi
+}
+
+# ci_disk_free: "N GB free" on the cache's filesystem, for the summary.
+ci_disk_free() {
+  df -Pk "$(ci_cache_dir)" | awk 'NR == 2 { printf "%d GB free", $4 / 1048576 }'
+}
+
+# Lints while compiling: clippy-driver as the workspace crates' compiler (what `cargo clippy`
+# does, but producing the real artifacts), `-D warnings` as `cargo clippy -- -D warnings`. One
+# compile of the workspace gives the lint and the test binaries; a separate `cargo clippy` pass
+# would compile every dependency once more in check mode. Only the workspace's own crates go
+# through it; cargo keeps their artifacts apart from a plain build's.
+ci_lint_while_building() {
+  local driver
+  driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)
+  if [ -z "$driver" ]; then
+    echo "ci: clippy-driver not found (rustup component add clippy)" >&2
+    return 1
+  fi
+  export RUSTC_WORKSPACE_WRAPPER="$driver"
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+}
+
+ci_no_lint() {
+  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+}
+
+CI_STEP_TIMES=()
+ci_step_time() { CI_STEP_TIMES+=("$1 $2 s"); }
+ci_step_summary() {
+  local IFS=';'
+  echo "step times: ${CI_STEP_TIMES[*]}" | sed 's/;/; /g'
+}
