@@ -143,9 +143,8 @@ impl Input {
         let paths = crate::track::list_frames(Path::new(spec))?;
         let mut frames = Vec::new();
         for p in paths.iter().take(needed) {
-            let img = image::open(p)
-                .with_context(|| format!("cannot read frame {}", p.display()))?
-                .to_rgb8();
+            let img =
+                crate::read_rgb(p).with_context(|| format!("cannot read frame {}", p.display()))?;
             let (w, h) = (img.width() as usize, img.height() as usize);
             if let Some((_, w0, h0)) = frames.first() {
                 if (*w0, *h0) != (w, h) {

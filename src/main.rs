@@ -210,12 +210,24 @@ pub(crate) fn kernel_path() -> Result<String> {
     Ok(format!("{isa} ({from}this CPU runs {})", runs.join(", ")))
 }
 
-/// A reader for the image at `path`, its format guessed from its content.
+/// A reader for the image at `path`, its format guessed from its content; a PNG whose palette
+/// would crash the decoder is refused here (`check_png_palette`).
 fn open_image(path: &Path) -> Result<image::ImageReader<std::io::BufReader<std::fs::File>>> {
-    image::ImageReader::open(path)
-        .with_context(|| format!("cannot open image {}", path.display()))?
-        .with_guessed_format()
-        .with_context(|| format!("cannot read image {}", path.display()))
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot open image {}", path.display()))?;
+    let mut input = std::io::BufReader::new(file);
+    let read_error = || format!("cannot read image {}", path.display());
+    if let Err(reason) =
+        edgetam::pipeline::check_png_palette(&mut input).with_context(read_error)?
+    {
+        bail!("cannot decode image {}: {reason}", path.display());
+    }
+    // As `ImageReader::open`: the format from the extension unless the content tells.
+    let mut reader = image::ImageReader::new(input);
+    if let Ok(format) = image::ImageFormat::from_path(path) {
+        reader.set_format(format);
+    }
+    reader.with_guessed_format().with_context(read_error)
 }
 
 /// Width and height of the image at `path`, read from its header.

@@ -55,6 +55,12 @@ fn decode<R: BufRead + Seek>(mut input: R, path: &Path) -> Result<Mask, MaskFile
         path: path.to_owned(),
         message: e.to_string(),
     };
+    crate::png_guard::check_png_palette(&mut input)
+        .map_err(io)?
+        .map_err(|message| MaskFileError::Decode {
+            path: path.to_owned(),
+            message,
+        })?;
     // The size from the header alone, then back to the start to decode.
     let start = input.stream_position().map_err(io)?;
     let (w, h) = image::ImageReader::new(&mut input)

@@ -118,6 +118,7 @@ pub fn decode_compressed(msg: &CompressedImage) -> Result<Image, BadInput> {
     if !matches!(format, image::ImageFormat::Jpeg | image::ImageFormat::Png) {
         return Err(bad(format!("{format:?} is not JPEG or PNG")));
     }
+    edgetam_pipeline::check_png_palette_bytes(&msg.data).map_err(bad)?;
     let mut reader = image::ImageReader::with_format(std::io::Cursor::new(&msg.data), format);
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(edgetam_tracker::limits::MAX_FRAME_SIDE as u32);
