@@ -27,7 +27,8 @@
 //! per-frame view (every stage of a real stream, FPS) is `edgetam bench`.
 
 use candle_core::Device;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
 use edgetam::tracker::bench_support::{self as bs, AttentionKernel, Call, Products};
 use edgetam::tracker::Precision;
 
@@ -46,12 +47,18 @@ fn ok<T>(r: edgetam::tracker::Result<T>) -> T {
     }
 }
 
-fn time(
-    c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    id: BenchmarkId,
-    call: &Call<'_>,
-) {
-    c.bench_function(id, |b| b.iter(|| ok(call())));
+/// A group as every bench here wants it: the allocator tuned as the CLI runs it (freed memory
+/// kept for reuse) and ten samples (one call takes milliseconds to seconds). A group finishes
+/// when it is dropped.
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    edgetam::keep_freed_memory();
+    let mut g = c.benchmark_group(name);
+    g.sample_size(10);
+    g
+}
+
+fn time(g: &mut BenchmarkGroup<'_, WallTime>, id: BenchmarkId, call: &Call<'_>) {
+    g.bench_function(id, |b| b.iter(|| ok(call())));
 }
 
 fn bf16_here() -> bool {
@@ -62,8 +69,7 @@ fn bf16_here() -> bool {
 /// mixers (memory-bound).
 fn depthwise(c: &mut Criterion) {
     let s = size();
-    let mut g = c.benchmark_group("depthwise");
-    g.sample_size(10);
+    let mut g = group(c, "depthwise");
     for (ch, side, k) in [
         (256usize, s / 16, 7usize),
         (48, s / 4, 3),
@@ -78,14 +84,12 @@ fn depthwise(c: &mut Criterion) {
             &call,
         );
     }
-    g.finish();
 }
 
 /// The stride-2 dense convs: the stem (with GELU) and the mask downsampler.
 fn dense(c: &mut Criterion) {
     let s = size();
-    let mut g = c.benchmark_group("dense");
-    g.sample_size(10);
+    let mut g = group(c, "dense");
     for (ch, o, side, gelu) in [
         (3usize, 24usize, s, true),
         (24, 48, s / 2, false),
@@ -97,15 +101,13 @@ fn dense(c: &mut Criterion) {
         let call = ok(bs::dense(ch, o, side, gelu));
         time(&mut g, BenchmarkId::new(format!("{ch}to{o}"), side), &call);
     }
-    g.finish();
 }
 
 /// The fused channel mixer at RepViT-M1's four stage shapes (hidden 2c) and the memory fuser's
 /// (hidden 4c), in f32, bf16 and split products.
 fn channel_mixer(c: &mut Criterion) {
     let s = size();
-    let mut g = c.benchmark_group("channel_mixer");
-    g.sample_size(10);
+    let mut g = group(c, "channel_mixer");
     let shapes = [48usize, 96, 192, 384]
         .into_iter()
         .map(|ch| (ch, s * 12 / ch, 2 * ch))
@@ -118,14 +120,11 @@ fn channel_mixer(c: &mut Criterion) {
             }
         }
     }
-    g.finish();
 }
 
 /// The RepViT-M1 backbone: exact f32, and with bf16 / split products from stage 2 on.
 fn repvit(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("repvit");
-    g.sample_size(10);
+    let mut g = group(c, "repvit");
     for products in [Products::F32, Products::Bf16, Products::Split] {
         if products != Products::F32 && !bf16_here() {
             continue;
@@ -137,7 +136,6 @@ fn repvit(c: &mut Criterion) {
             &call,
         );
     }
-    g.finish();
 }
 
 /// Precisions this CPU runs.
@@ -151,34 +149,26 @@ fn precisions() -> Vec<Precision> {
 
 /// One mask decoder call of a tracked frame (one object, no prompt).
 fn decoder(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("decoder");
-    g.sample_size(10);
+    let mut g = group(c, "decoder");
     let model = ok(bs::random_model(size(), Precision::F32));
     let call = ok(bs::decoder(&model));
     time(&mut g, BenchmarkId::new("tracked_frame", size()), &call);
-    g.finish();
 }
 
 /// The memory encoder's parts and the spatial perceiver.
 fn memory_encoder(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("memory_encoder");
-    g.sample_size(10);
+    let mut g = group(c, "memory_encoder");
     for precision in precisions() {
         let model = ok(bs::random_model(size(), precision));
         for (name, call) in ok(bs::memory_encoder(&model)) {
             time(&mut g, BenchmarkId::new(name, precision), &call);
         }
     }
-    g.finish();
 }
 
 /// One object's memory attention (7 memories, 16 pointers), as a tracked frame runs it.
 fn memory_attention(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("memory_attention");
-    g.sample_size(10);
+    let mut g = group(c, "memory_attention");
     for bf16 in [false, true] {
         if bf16 && !bf16_here() {
             continue;
@@ -187,80 +177,63 @@ fn memory_attention(c: &mut Criterion) {
         let name = if bf16 { "bf16" } else { "f32" };
         time(&mut g, BenchmarkId::new(name, size()), &call);
     }
-    g.finish();
 }
 
 /// The image encoder's parts (backbone, whole neck, the neck's stride-16 level alone, the
 /// high-resolution convs, the whole encoder) in each precision this CPU runs.
 fn image_encoder(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("image_encoder");
-    g.sample_size(10);
+    let mut g = group(c, "image_encoder");
     for precision in precisions() {
         let model = ok(bs::random_model(size(), precision));
         for (name, call) in ok(bs::image_encoder(&model)) {
             time(&mut g, BenchmarkId::new(name, precision), &call);
         }
     }
-    g.finish();
 }
 
 /// One object's spatial perceiver call on its `S/16` memory (a standalone target for `perf
 /// record`; the `memory_encoder` group also times it after the projection).
 fn perceiver(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("perceiver");
-    g.sample_size(10);
+    let mut g = group(c, "perceiver");
     let call = ok(bs::perceiver(size()));
     time(&mut g, BenchmarkId::new("one_object", size()), &call);
-    g.finish();
 }
 
 /// The memory encoder's 256 -> 256 1x1 convs at `S/16` in f32, bf16 and split products.
 fn pointwise(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let e = size() / 16;
-    let mut g = c.benchmark_group("pointwise");
-    g.sample_size(10);
+    let mut g = group(c, "pointwise");
     for products in [Products::F32, Products::Bf16, Products::Split] {
         if let Some(call) = ok(bs::pointwise(256, 256, e, products)) {
             let id = BenchmarkId::new(format!("{products:?}"), format!("256to256x{e}x{e}"));
             time(&mut g, id, &call);
         }
     }
-    g.finish();
 }
 
 /// The mask decoder's cross-attentions (7 tokens to the image tokens and back): folded as the
 /// tracker runs them vs every projection applied.
 fn decoder_attention(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("decoder_attention");
-    g.sample_size(10);
+    let mut g = group(c, "decoder_attention");
     for folded in [true, false] {
         let name = if folded { "folded" } else { "unfolded" };
         for (direction, call) in ok(bs::decoder_attention(size(), folded)) {
             time(&mut g, BenchmarkId::new(name, direction), &call);
         }
     }
-    g.finish();
 }
 
 /// The mask decoder's two fused upscales (`S/16` tokens -> `S/8` with the norm -> `S/4`).
 fn upscales(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
-    let mut g = c.benchmark_group("upscales");
-    g.sample_size(10);
+    let mut g = group(c, "upscales");
     let call = ok(bs::upscales(size()));
     time(&mut g, BenchmarkId::new("fused_both", size()), &call);
-    g.finish();
 }
 
 /// The attention shapes of a tracked frame (`t = (S/16)^2` frame tokens), fused vs unfused:
 /// memory self-attention, memory cross-attention (7 memories + 16 pointers), the perceiver's
 /// 256 latents over the memory and its windows, and the decoder's 8-head attentions.
 fn attention_shapes(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let e = size() / 16;
     let t = e * e;
     // Tokens of one perceiver window (the memory split into 16 x 16 windows).
@@ -282,8 +255,7 @@ fn attention_shapes(c: &mut Criterion) {
             (256, 1, 1, window, 64),
         ),
     ];
-    let mut g = c.benchmark_group("attention_shapes");
-    g.sample_size(10);
+    let mut g = group(c, "attention_shapes");
     for (name, shape) in &shapes {
         for kernel in [AttentionKernel::Fused, AttentionKernel::Unfused] {
             if let Some(call) = ok(bs::attention(*shape, kernel)) {
@@ -291,16 +263,13 @@ fn attention_shapes(c: &mut Criterion) {
             }
         }
     }
-    g.finish();
 }
 
 /// Memory self-attention (one head of 256 over the `(S/16)^2` frame tokens): bf16 products vs
 /// the exact fused kernel (bf16 only where this CPU has AVX512-BF16).
 fn attention_bf16(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let t = (size() / 16) * (size() / 16);
-    let mut g = c.benchmark_group("attention_bf16");
-    g.sample_size(10);
+    let mut g = group(c, "attention_bf16");
     for kernel in [AttentionKernel::Bf16, AttentionKernel::Fused] {
         if let Some(call) = ok(bs::attention((1, 1, t, t, 256), kernel)) {
             time(
@@ -310,16 +279,13 @@ fn attention_bf16(c: &mut Criterion) {
             );
         }
     }
-    g.finish();
 }
 
 /// Memory cross-attention's folded split-key pass (7 memories, 16 pointers) for the `(S/16)^2`
 /// frame tokens: bf16 products vs exact f32.
 fn split_key(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let t = (size() / 16) * (size() / 16);
-    let mut g = c.benchmark_group("split_key");
-    g.sample_size(10);
+    let mut g = group(c, "split_key");
     for bf16 in [true, false] {
         if let Some(call) = ok(bs::split_key(t, bf16)) {
             let name = if bf16 { "bf16" } else { "f32" };
@@ -330,16 +296,13 @@ fn split_key(c: &mut Criterion) {
             );
         }
     }
-    g.finish();
 }
 
 /// The two resizes a tracked frame does per object (the `S/4` low-resolution mask to the model
 /// side and to a 640x360 video): the CPU op vs the tensor path.
 fn resize(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let low = size() / 4;
-    let mut g = c.benchmark_group("resize");
-    g.sample_size(10);
+    let mut g = group(c, "resize");
     for (h, w) in [(360, 640), (size(), size())] {
         for tensor_path in [false, true] {
             let call = ok(bs::resize(low, (h, w), tensor_path));
@@ -351,16 +314,13 @@ fn resize(c: &mut Criterion) {
             );
         }
     }
-    g.finish();
 }
 
 /// The token LayerNorm (memory attention's `(S/16)^2 x 256`) and the channels-first one (the
 /// mask downsampler's first map, 4 channels at `S/2`): the CPU kernel vs the tensor ops.
 fn layer_norm(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let (t, h) = ((size() / 16) * (size() / 16), size() / 2);
-    let mut g = c.benchmark_group("layer_norm");
-    g.sample_size(10);
+    let mut g = group(c, "layer_norm");
     let shapes = [
         (format!("tokens_{t}x256"), vec![1, t, 256], 2, 1e-5),
         (
@@ -377,16 +337,13 @@ fn layer_norm(c: &mut Criterion) {
             time(&mut g, id, &call);
         }
     }
-    g.finish();
 }
 
 /// Memory attention's MLP layers on the `(S/16)^2` frame tokens, exact vs bf16 products, and
 /// its fused bf16 MLP (256 -> 2048, ReLU, -> 256).
 fn mlp(c: &mut Criterion) {
-    edgetam::keep_freed_memory();
     let t = (size() / 16) * (size() / 16);
-    let mut g = c.benchmark_group("mlp");
-    g.sample_size(10);
+    let mut g = group(c, "mlp");
     if let Some(call) = ok(bs::fused_relu_mlp_bf16(t, 256, 2048)) {
         time(
             &mut g,
@@ -406,7 +363,6 @@ fn mlp(c: &mut Criterion) {
             }
         }
     }
-    g.finish();
 }
 
 criterion_group!(

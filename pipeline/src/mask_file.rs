@@ -123,17 +123,7 @@ mod tests {
         let mut p = png.to_vec();
         p[16..20].copy_from_slice(&width.to_be_bytes());
         p[20..24].copy_from_slice(&height.to_be_bytes());
-        let crc = !p[12..29].iter().fold(!0u32, |mut c, &b| {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    (c >> 1) ^ 0xEDB8_8320
-                } else {
-                    c >> 1
-                };
-            }
-            c
-        });
+        let crc = crate::png_guard::crc(&p[12..29]);
         p[29..33].copy_from_slice(&crc.to_be_bytes());
         p
     }

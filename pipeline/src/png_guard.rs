@@ -68,6 +68,22 @@ fn scan<R: Read + Seek>(input: &mut R) -> Result<(), String> {
     Ok(())
 }
 
+/// A chunk's CRC-32 over its type and data (PNG 5.5), for tests that build or patch PNGs.
+#[cfg(test)]
+pub(crate) fn crc(bytes: &[u8]) -> u32 {
+    !bytes.iter().fold(!0u32, |mut c, &b| {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
+        }
+        c
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,18 +93,7 @@ mod tests {
         let mut out = (data.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(kind);
         out.extend_from_slice(data);
-        let crc = !out[4..].iter().fold(!0u32, |mut c, &b| {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    (c >> 1) ^ 0xEDB8_8320
-                } else {
-                    c >> 1
-                };
-            }
-            c
-        });
-        out.extend_from_slice(&crc.to_be_bytes());
+        out.extend_from_slice(&crc(&out[4..]).to_be_bytes());
         out
     }
 

@@ -261,5 +261,15 @@ mod tests {
             decode_compressed(&junk).unwrap_err().kind(),
             "bad_compressed"
         );
+        // A PNG whose PLTE chunk is 70 bytes (not whole RGB entries): it panicked inside the png
+        // crate (the mask_png fuzz target's finding); from a peer it is one bad frame.
+        let partial_palette = CompressedImage {
+            format: "png".into(),
+            data: include_bytes!("../../fuzz/seeds/mask_png/plte-not-whole-entries.png").to_vec(),
+            ..CompressedImage::default()
+        };
+        let err = decode_compressed(&partial_palette).unwrap_err();
+        assert_eq!(err.kind(), "bad_compressed");
+        assert!(err.to_string().contains("PLTE chunk is 70 bytes"), "{err}");
     }
 }
