@@ -12,10 +12,16 @@
 #   abi: incompatible, new soname A (was B): ...     allowed: the loader refuses the old
 #                                                    programs, as 0.x minor bumps intend
 #
-#   capi/abi-check.sh                # after `cargo build --release -p edgetam-capi --lib`
-#   capi/abi-check.sh --base-only    # build (or find cached) the baseline library and stop
+#   capi/abi-check.sh                   # after `cargo build --release -p edgetam-capi --lib`
+#   capi/abi-check.sh --base-only       # build (or find cached) the baseline library and stop
+#   capi/abi-check.sh --write-baseline  # remake capi/abi-baseline.xml from the baseline commit
 #
-# The baseline library is built once per commit (a `git worktree` of that commit under /tmp,
+# The baseline's ABI is committed as abidw wrote it from that commit's library
+# (capi/abi-baseline.xml, naming its commit on its last line): a fresh machine compares against
+# it without compiling the baseline commit (~100 s cold on 2 cores); abidiff's report is the
+# same as against the library itself. When the file names another commit than
+# capi/abi-baseline, or ABI_BASE=<commit> asks for another one, or --write-baseline remakes it,
+# the baseline library is built once per commit (a `git worktree` of that commit under /tmp,
 # compiled in a temporary copy of this checkout's target/release, whose dependencies it reuses:
 # only the workspace's own crates compile again, ~2-3 min on 2 cores plus the copy) and cached
 # by commit hash in ABI_CACHE (default /var/cache/edgetam-ci/abi/<hash>/, else
@@ -39,8 +45,13 @@ if ! mkdir -p "$cache_root" 2> /dev/null || [ ! -w "$cache_root" ]; then
   mkdir -p "$cache_root"
 fi
 config=(--config "${CAPI_ABI_CONFIG:-profile.release.package.edgetam-capi.debug=2}")
+dump=capi/abi-baseline.xml
+mode=${1:-}
 cached=$cache_root/$base/libedgetam.so
-if [ ! -s "$cached" ]; then
+if [ "$mode" != --write-baseline ] && [ -s "$dump" ] && tail -n 1 "$dump" | grep -q "$base"; then
+  cached=$dump
+  [ "$mode" = --base-only ] && { echo "abi: baseline $base from $dump"; exit 0; }
+elif [ ! -s "$cached" ]; then
   if ! git cat-file -e "$base^{commit}" 2> /dev/null; then
     echo "abi: the baseline commit $base is not in this clone (fetch it, or set ABI_BASE)" >&2
     exit 1
@@ -67,10 +78,24 @@ if [ ! -s "$cached" ]; then
   [ "$status" -eq 0 ] || { echo "abi: building the baseline $base failed" >&2; exit 1; }
   echo "abi: baseline $base built in $((SECONDS - t0)) s, cached in $cache_root/$base"
 fi
-[ "${1:-}" = "--base-only" ] && exit 0
+[ "$mode" = --base-only ] && exit 0
+if [ "$mode" = --write-baseline ]; then
+  # The commit goes last: abidiff tells the file's kind from its first element.
+  {
+    abidw --no-show-locs --no-corpus-path "$cached"
+    echo "<!-- libedgetam ABI at $base (abidw of that commit's library) -->"
+  } > "$dump.tmp" && mv "$dump.tmp" "$dump"
+  echo "abi: wrote $dump ($(wc -c < "$dump") bytes)"
+  exit 0
+fi
 
 new=${NEW:-${CARGO_TARGET_DIR:-target}/release/libedgetam.so}
-soname() { readelf -d "$1" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p'; }
+soname() {
+  case $1 in
+    *.xml) sed -n "s/.*<abi-corpus [^>]*soname='\([^']*\)'.*/\1/p" "$1" | head -n 1 ;;
+    *) readelf -d "$1" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p' ;;
+  esac
+}
 old_soname=$(soname "$cached")
 new_soname=$(soname "$new")
 report=$(mktemp)
@@ -79,6 +104,12 @@ trap 'rm -f "$report"' EXIT
 # by construction: callers say which version of the struct they hold.
 abidiff --suppressions capi/abi.suppr --no-show-locs "$cached" "$new" > "$report" 2>&1
 code=$?
+# libxml2's complaints (a damaged baseline file) do not always make abidiff fail.
+if grep -q 'parser error' "$report"; then
+  cat "$report"
+  echo "abi: abidiff could not read $cached"
+  exit 1
+fi
 summary() { grep -E 'Functions changes summary|Variables changes summary' "$report" | sed 's/^ *//' | paste -sd ';' -; }
 if [ $((code & 3)) -ne 0 ]; then
   cat "$report"

@@ -52,25 +52,37 @@ if [ -z "$corpora" ]; then
   corpora=$(mktemp -d)
   trap 'rm -rf "$corpora"' EXIT
 fi
-failed=0
-summary=""
-for t in $TARGETS; do
+# libFuzzer runs one process on one core: the targets run FUZZ_JOBS at a time (default: the
+# cores), each for its full SECONDS_PER_TARGET, then their lines are printed in order.
+JOBS="${FUZZ_JOBS:-$(nproc)}"
+fuzz_one() { # fuzz_one TARGET: writes $corpora/TARGET.log and TARGET.status
+  local t=$1 unwind="" status
   mkdir -p "$corpora/$t"
   cp -n fuzz/seeds/"$t"/* "$corpora/$t"/ 2>/dev/null || true
-  log="$corpora/$t.log"
-  set +e
   # element_prompts builds GStreamer structures with fuzzed names: each new name interns a
   # GQuark, and GLib leaks its old quark array on purpose every 2,048 quarks (lock-free
   # lookups). Its stacks end in g_malloc with the fast unwinder (GLib has no frame pointers),
   # so this target records full stacks for the suppression in fuzz/lsan.supp to match.
-  unwind=""
   if [ "$t" = element_prompts ]; then unwind=":fast_unwind_on_malloc=0"; fi
+  set +e
   (cd fuzz && ASAN_OPTIONS="${ASAN_OPTIONS:-}$unwind" \
     cargo fuzz run -O -a --target-dir "$FUZZ_TARGET_DIR" "$t" "$corpora/$t" -- \
     -max_total_time="$SECONDS_PER_TARGET" -timeout="$INPUT_TIMEOUT" -rss_limit_mb=2048 \
-    -print_final_stats=1) >"$log" 2>&1
+    -print_final_stats=1) >"$corpora/$t.log" 2>&1
   status=$?
   set -e
+  echo "$status" > "$corpora/$t.status"
+}
+for t in $TARGETS; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+  fuzz_one "$t" &
+done
+wait
+failed=0
+summary=""
+for t in $TARGETS; do
+  log="$corpora/$t.log"
+  status=$(cat "$corpora/$t.status" 2>/dev/null || echo 1)
   runs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log" | tail -n 1)
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
   corp=$(grep -oE 'corp: [0-9]+/[0-9]+[bKM]b?' "$log" | tail -n 1 | awk '{print $2}')

@@ -55,7 +55,9 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /us
 # Two emulated threads, as the x86 tests run on two cores.
 export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
 
-PACKAGES=(-p edgetam-tracker -p edgetam-pipeline -p edgetam)
+# The tests below select the same packages and features as this build: cargo resolves features
+# per selection, and `-p edgetam-tracker` alone compiled most dependencies again (2 min cold).
+PACKAGES=(-p edgetam-tracker -p edgetam-pipeline -p edgetam -p edgetam-ros2)
 # The CLI without its default `video` feature: GStreamer's ARM64 libraries are not installed for
 # the cross-build (`--input` then takes folders of frames only). The ROS 2 node (pure Rust,
 # RustDDS) is cross-built and linted with the library.
@@ -66,7 +68,7 @@ FEATURES=(--no-default-features --features edgetam/hub)
 # shellcheck source=scripts/ci-lib.sh
 source scripts/ci-lib.sh
 ci_lint_while_building
-cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" -p edgetam-ros2 "${FEATURES[@]}" \
+cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
   --all-targets --no-run
 cargo build --release --locked --target "$TARGET" -p edgetam -p edgetam-ros2 "${FEATURES[@]}" \
   --bin edgetam --bin edgetam-ros2
@@ -85,16 +87,17 @@ status=0
 # Kernel tests at every ISA an ARM64 CPU has (NEON, portable): each test walks them itself.
 # The memory-attention-sized attention check (4096 x 4096) took 252 s of the 283 emulated; the
 # NEON products and softmax are checked on the small and odd shapes.
-cargo test --release --locked --target "$TARGET" -p edgetam-tracker --lib kernels:: \
+cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" --lib kernels:: \
   -- --skip fused_matches_unfused_memory_attention_shapes || status=$?
 # Parity against the committed reference fixtures at 256, the tolerances of the x86 tests.
-cargo test --release --locked --target "$TARGET" -p edgetam-tracker \
+cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
   --test vision_parity --test decoder_parity --test memory_parity --test memory_attention_parity \
   -- --skip 1024 || status=$?
 # The first 6 frames of the 256 sequence (two objects prompted on frame 0, a third added on
 # frame 5, the memory bank filling): the whole 20 took ~6 min emulated.
 EDGETAM_SEQUENCE_FRAMES=${EDGETAM_SEQUENCE_FRAMES:-6} \
-  cargo test --release --locked --target "$TARGET" -p edgetam-tracker --test sequence_parity \
+  cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
+    --test sequence_parity \
   -- --exact sequence_256_free_running || status=$?
 echo "aarch64 tests under qemu: $((SECONDS - test_start)) s"
 exit "$status"

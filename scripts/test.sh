@@ -11,7 +11,9 @@
 # * caches outside the clone (scripts/ci-lib.sh: the target folder, the CUDA toolkit, the Debian
 #   13 root, the ARM64 target, venvs, mdbook, cargo-fuzz);
 # * steps whose inputs did not change since they last passed are skipped (`ci_passed`, keyed on
-#   the files each step reads; EDGETAM_CI_FULL=1 runs them all).
+#   the files each step reads; EDGETAM_CI_FULL=1 runs them all);
+# * no core idles for long: the C ABI step (its memcheck runs are single-threaded) runs beside
+#   the fuzz, docs and Python steps, and the fuzz targets run two at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/ci-lib.sh
@@ -67,7 +69,9 @@ logcapi=$(mktemp)
 logpy=$(mktemp)
 logros=$(mktemp)
 logdocs=$(mktemp)
-trap 'rm -f "$log" "$log13" "$logcapi" "$logpy" "$logros" "$logdocs" "$prefetch_log"' EXIT
+logfuzz=$(mktemp)
+trap 'if [ -n "${capi_pid:-}" ]; then kill "$capi_pid" 2> /dev/null; fi
+  rm -f "$log" "$log13" "$logcapi" "$logcapi.rc" "$logpy" "$logros" "$logdocs" "$logfuzz" "$prefetch_log"' EXIT
 status=0
 keep() { if [ "$status" -eq 0 ] && [ "$1" -ne 0 ]; then status=$1; fi; }
 
@@ -158,12 +162,26 @@ if [ -f scripts/test-ros2.sh ]; then
 fi
 ci_step_time "ros2" $((SECONDS - t))
 
+# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
+# temporary prefix, programs built with gcc / g++, results byte-equal to the Rust library's, bad
+# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above. It runs in the
+# background from here, beside the fuzz, docs and Python steps: its memcheck runs are
+# single-threaded and, run last, left one of the two cores idle for minutes (its step time
+# overlaps theirs). Its output is printed when it ends.
+t_capi=$SECONDS
+(
+  set +e
+  CAPI_SKIP_CARGO_TEST=1 bash scripts/test-capi.sh > "$logcapi" 2>&1
+  echo $? > "$logcapi.rc"
+) &
+capi_pid=$!
+
 # The fuzz targets (fuzz/, cargo-fuzz + libFuzzer), each on its committed seeds for FUZZ_SECONDS
 # (15 s by default); the instrumented build is kept in the cache.
 t=$SECONDS
 set +e
-(ci_no_lint && bash scripts/fuzz.sh)
-fuzz_status=$?
+(ci_no_lint && bash scripts/fuzz.sh) 2>&1 | tee "$logfuzz"
+fuzz_status=${PIPESTATUS[0]}
 set -e
 ci_step_time "fuzz" $((SECONDS - t))
 
@@ -192,15 +210,14 @@ set -e
 python_summary=$(grep -E '^[0-9]+ (passed|failed|error)|[0-9]+ (passed|failed|errors?) in ' "$logpy" | tail -n 1 || true)
 ci_step_time "python" $((SECONDS - t))
 
-# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
-# temporary prefix, programs built with gcc / g++, results byte-equal to the Rust library's, bad
-# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above.
-t=$SECONDS
+# The C ABI step started above.
 set +e
-CAPI_SKIP_CARGO_TEST=1 bash scripts/test-capi.sh 2>&1 | tee "$logcapi"
-keep "${PIPESTATUS[0]}"
+wait "$capi_pid"
 set -e
-ci_step_time "capi (C and C++ programs)" $((SECONDS - t))
+capi_pid=""
+cat "$logcapi"
+keep "$(cat "$logcapi.rc" 2> /dev/null || echo 1)"
+ci_step_time "capi (C and C++ programs, beside fuzz, docs and python)" $((SECONDS - t_capi))
 
 ci_step_time "total" $((SECONDS - run_start))
 ci_step_summary
@@ -221,6 +238,9 @@ if [ "$status" -eq 0 ] && [ "$docs_status" -ne 0 ]; then
   status=$docs_status
 fi
 if [ "$status" -eq 0 ] && [ "$fuzz_status" -ne 0 ]; then
+  # Which target and its input, here at the end where a truncated CI log still shows them.
+  grep -E '^fuzz [a-z_0-9]+: .*FINDING|panicked at|^==[0-9]+==ERROR|artifacts/[a-z_0-9]+/(crash|leak|timeout|oom)-' \
+    "$logfuzz" | sort -u || true
   echo "fuzz: a target found something (fuzz/artifacts/)"
   status=$fuzz_status
 fi
