@@ -159,4 +159,19 @@ mod tests {
             Err(MaskFileError::Limit { .. })
         ));
     }
+
+    #[test]
+    fn the_decoder_never_sees_a_partial_palette() {
+        use crate::png_guard::indexed_png;
+        // Whole entries decode (gray 7, inside the mask).
+        let mask = decode_mask(&indexed_png(3), "whole.png").expect("decodes");
+        assert_eq!((mask.width, mask.height, mask.area()), (1, 1, 1));
+        // Four bytes panicked inside the png crate before the check (png_guard).
+        match decode_mask(&indexed_png(4), "partial.png") {
+            Err(MaskFileError::Decode { message, .. }) => {
+                assert!(message.contains("PLTE chunk is 4 bytes"), "{message}")
+            }
+            other => panic!("{:?}", other.map(|m| m.area())),
+        }
+    }
 }
