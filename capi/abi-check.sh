@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ABI check of libedgetam with libabigail's abidiff (Debian's abigail-tools): the library just
-# built (NEW, default target/release/libedgetam.so) against the one built from the baseline
-# commit (capi/abi-baseline, or ABI_BASE=<commit>), and a verdict naming what changed:
+# built (NEW, default target/release/libedgetam.so, or the folder of EDGETAM_CARGO_PROFILE)
+# against the one built from the baseline commit (capi/abi-baseline, or ABI_BASE=<commit>), and
+# a verdict naming what changed:
 #
 #   abi: compatible (no change)                      abidiff found nothing
 #   abi: compatible (additions: ...)                 only new functions, or fields appended
@@ -89,7 +90,7 @@ if [ "$mode" = --write-baseline ]; then
   exit 0
 fi
 
-new=${NEW:-${CARGO_TARGET_DIR:-target}/release/libedgetam.so}
+new=${NEW:-${CARGO_TARGET_DIR:-target}/${EDGETAM_CARGO_PROFILE:-release}/libedgetam.so}
 soname() {
   case $1 in
     *.xml) sed -n "s/.*<abi-corpus [^>]*soname='\([^']*\)'.*/\1/p" "$1" | head -n 1 ;;

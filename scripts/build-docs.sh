@@ -7,7 +7,8 @@
 # mdbook comes from crates.io at a pinned version, installed once into a cache outside the clone
 # (/var/cache/edgetam-ci/mdbook, else ~/.cache/edgetam-ci/mdbook; MDBOOK_ROOT overrides it) and
 # reused while that version is there. Cold: ~2-4 min on 2 cores (without mdbook's `serve` and
-# `watch` features, which the build does not use); warm: a few seconds.
+# `watch` features, which the build does not use); warm: a few seconds. `--install-only` stops
+# there (CI: its background lane installs it long before the docs step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MDBOOK_VERSION=0.5.4
@@ -24,5 +25,6 @@ if ! { [ -x "$mdbook" ] && "$mdbook" --version 2>/dev/null | grep -qx "mdbook v$
     --no-default-features --features search
 fi
 "$mdbook" --version
+if [ "${1:-}" = --install-only ]; then exit 0; fi
 "$mdbook" build docs
 python3 scripts/check-links.py --book docs/book README.md BENCHMARKS.md ARCHITECTURE.md

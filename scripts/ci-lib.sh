@@ -9,7 +9,12 @@
 #   emulation, while any change to what a step reads runs it again. EDGETAM_CI_FULL=1 runs every
 #   step whatever its key.
 # * Timings: `ci_step_time NAME SECONDS` records a step's wall time; `ci_step_summary` prints them
-#   all in one line at the end.
+#   all in one line at the end, and the total against CI's budget in another.
+# * One compile per configuration: `ci_cargo_profile` (the `ci` profile in CI), `CI_FEATURES` and
+#   `ci_build_workspace`, the one selection every host step builds with, so that no step
+#   compiles a dependency the workspace build already compiled with other features.
+# * A background lane (`ci_lane_start`, `ci_lane_wait`): the compiles that no earlier step
+#   needs, at idle priority, so they use the cores only while the steps in front leave one idle.
 
 ci_cache_dir() {
   local dir=${EDGETAM_CI_CACHE:-/var/cache/edgetam-ci}
@@ -103,7 +108,7 @@ ci_link_target() {
 # EDGETAM_CI_TARGET_MAX_GB (default 20) or the cache's filesystem has less than
 # EDGETAM_CI_MIN_FREE_GB (default 30) free, so a long-lived CI machine never runs out of disk
 # mid-run. Toolkits, the Debian 13 root and venvs are kept.
-CI_BUILD_CACHES=(target aarch64-target fuzz-target msrv-target debian13/target)
+CI_BUILD_CACHES=(target aarch64-target fuzz-target msrv-target cuda-target debian13/target)
 ci_bound_build_caches() {
   local cache target_kb free_kb reason=""
   cache=$(ci_cache_dir)
@@ -151,9 +156,124 @@ ci_no_lint() {
   unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 }
 
+# The cargo profile of CI's compiles: `ci` (Cargo.toml: release without debug info) when
+# CI=true, else `release`, so a script run by hand builds what a developer builds;
+# EDGETAM_CARGO_PROFILE overrides either.
+ci_cargo_profile() {
+  if [ -n "${EDGETAM_CARGO_PROFILE:-}" ]; then
+    echo "$EDGETAM_CARGO_PROFILE"
+  elif [ "${CI:-}" = true ]; then
+    echo ci
+  else
+    echo release
+  fi
+}
+
+# ci_profile_dir: where that profile's binaries land (target/ci, target/release).
+ci_profile_dir() {
+  echo "${CARGO_TARGET_DIR:-target}/$(ci_cargo_profile)"
+}
+
+# The features CI builds and tests the workspace with. Not `--all-features`: some features need
+# what a Debian 12 machine without a GPU lacks (CUDA, GStreamer >= 1.24); those have their own
+# steps.
+CI_FEATURES="edgetam/tokio,edgetam/opencv,edgetam-pipeline/tokio,edgetam-pipeline/opencv"
+
+# ci_build_workspace [CARGO ARGS...]: every target of the workspace (benches and examples too, as
+# `cargo clippy --all-targets` lints them) with $FEATURES (default CI_FEATURES), in the CI
+# profile. scripts/test.sh builds with it first; every later host step that needs a binary
+# (the CLI, the ROS 2 node, libedgetam, the reference writer) calls it again and finds it fresh:
+# cargo resolves features per selection, and any narrower selection (`--bin edgetam`,
+# `-p edgetam-capi`) would compile some dependencies again with other features. `cargo test`
+# over the workspace afterwards compiles nothing but its doc tests.
+ci_build_workspace() {
+  cargo build --profile "$(ci_cargo_profile)" --locked --workspace --all-targets \
+    --features "${FEATURES:-$CI_FEATURES}" "$@"
+}
+
+# The background lane: `ci_lane_start JOB...` runs the shell functions JOB... one after the
+# other in a background subshell at idle priority (nice 19, and SCHED_IDLE where `chrt` can set
+# it): they take a core only when the steps in the foreground leave it idle (the tests' serial
+# stretches, live tests waiting on their clocks, the ROS 2 step), so the foreground runs at its
+# own speed. A step that needs JOB's result calls `ci_lane_wait JOB`, which waits for it
+# (the lane then has the cores to itself), prints its output and returns its status. Each job
+# writes nothing to the console itself.
+CI_LANE_DIR=""
+CI_LANE_PID=""
+ci_lane_start() {
+  CI_LANE_DIR=$(mktemp -d)
+  (
+    set +e
+    renice -n 19 -p "$BASHPID" > /dev/null 2>&1
+    chrt --idle -p 0 "$BASHPID" > /dev/null 2>&1
+    for job in "$@"; do
+      local t0=$SECONDS
+      ("$job") > "$CI_LANE_DIR/$job.log" 2>&1
+      local rc=$?
+      echo "$((SECONDS - t0))" > "$CI_LANE_DIR/$job.seconds"
+      echo "$rc" > "$CI_LANE_DIR/$job.rc"
+    done
+  ) &
+  CI_LANE_PID=$!
+}
+
+# ci_lane_wait JOB: waits for JOB, prints its output (and how long it ran in the background and
+# how long the caller waited for it), returns its status (1 when the lane ended without it).
+ci_lane_wait() {
+  local job=$1 t0=$SECONDS
+  while [ ! -f "$CI_LANE_DIR/$job.rc" ]; do
+    if ! kill -0 "$CI_LANE_PID" 2> /dev/null; then
+      [ -f "$CI_LANE_DIR/$job.rc" ] && break
+      echo "ci: the background lane ended before $job finished" >&2
+      cat "$CI_LANE_DIR/$job.log" 2> /dev/null || true
+      return 1
+    fi
+    sleep 1
+  done
+  cat "$CI_LANE_DIR/$job.log"
+  echo "ci: $job ran in the background for $(cat "$CI_LANE_DIR/$job.seconds") s; waited $((SECONDS - t0)) s for it"
+  return "$(cat "$CI_LANE_DIR/$job.rc")"
+}
+
+# ci_lane_summary: one line, how long each job of the lane ran (in the background).
+ci_lane_summary() {
+  [ -n "$CI_LANE_DIR" ] || return 0
+  local f line=""
+  for f in "$CI_LANE_DIR"/*.seconds; do
+    [ -f "$f" ] || continue
+    line+="${line:+; }$(basename "$f" .seconds) $(cat "$f") s"
+  done
+  echo "background lane (idle priority, beside the steps): ${line:-nothing ran}"
+}
+
+# ci_kill_tree PID: PID and every process below it.
+ci_kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2> /dev/null); do ci_kill_tree "$child"; done
+  kill "$1" 2> /dev/null || true
+}
+
+# ci_lane_stop: ends the lane and whatever it runs (on exit).
+ci_lane_stop() {
+  if [ -n "$CI_LANE_PID" ]; then ci_kill_tree "$CI_LANE_PID"; fi
+  if [ -n "$CI_LANE_DIR" ]; then rm -rf "$CI_LANE_DIR"; fi
+}
+
 CI_STEP_TIMES=()
 ci_step_time() { CI_STEP_TIMES+=("$1 $2 s"); }
+# CI's own limit is 90 minutes; the project keeps a cold run under 60 on its slowest 2-core
+# host, so the closing line says how far the run is from that.
+CI_BUDGET_SECONDS=${EDGETAM_CI_BUDGET_SECONDS:-3600}
 ci_step_summary() {
   local IFS=';'
   echo "step times: ${CI_STEP_TIMES[*]}" | sed 's/;/; /g'
+}
+# ci_budget_line TOTAL_SECONDS: the one-line verdict against the budget.
+ci_budget_line() {
+  local total=$1 budget=$CI_BUDGET_SECONDS
+  local verdict="within"
+  if [ "$total" -gt "$budget" ]; then verdict="OVER"; fi
+  printf 'ci budget: %d s (%d min %02d s) of %d s (%d min): %d %% of the budget, %s it\n' \
+    "$total" "$((total / 60))" "$((total % 60))" "$budget" "$((budget / 60))" \
+    "$((100 * total / budget))" "$verdict"
 }

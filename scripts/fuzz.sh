@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh                          # what CI runs: 15 s per target
 #   FUZZ_SECONDS=1800 FUZZ_TIMEOUT=600 nice -n 19 scripts/fuzz.sh   # the 30-minute runs
 #   FUZZ_TARGETS="frame mask_png" FUZZ_SECONDS=60 scripts/fuzz.sh
+#   FUZZ_BUILD_ONLY=1 scripts/fuzz.sh        # install cargo-fuzz and build the targets, run none
+#                                            # (CI: its background lane, long before the runs)
 #
 # Idempotent. cargo-fuzz is installed once with `cargo install` (into ~/.cargo/bin; ~1 min),
 # and the instrumented build goes to FUZZ_TARGET_DIR (default: /var/cache/edgetam-ci/fuzz-target
@@ -46,6 +48,7 @@ fi
 build_start=$SECONDS
 (cd fuzz && cargo fuzz build -O -a --target-dir "$FUZZ_TARGET_DIR")
 echo "fuzz build: $((SECONDS - build_start)) s (target dir $FUZZ_TARGET_DIR)"
+if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 
 corpora="${FUZZ_CORPUS_DIR:-}"
 if [ -z "$corpora" ]; then

@@ -12,6 +12,7 @@
 #   scripts/install-capi.sh [PREFIX] [-- extra cargo build arguments, e.g. --features cuda]
 #
 # EDGETAM_CAPI_PREBUILT=1 installs what target/release already holds, without building.
+# EDGETAM_CARGO_PROFILE: another cargo profile than release (CI's `ci`), its folder instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${1:-/usr/local}
@@ -19,13 +20,13 @@ shift || true
 [ "${1:-}" = "--" ] && shift
 case $prefix in /*) ;; *) prefix=$PWD/$prefix ;; esac
 if [ "${EDGETAM_CAPI_PREBUILT:-0}" != 1 ]; then
-  cargo build --release -p edgetam-capi "$@"
+  cargo build --profile "${EDGETAM_CARGO_PROFILE:-release}" -p edgetam-capi "$@"
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 major=${version%%.*}
 minor=${version#*.}
 minor=${minor%%.*}
-target=${CARGO_TARGET_DIR:-target}/release
+target=${CARGO_TARGET_DIR:-target}/${EDGETAM_CARGO_PROFILE:-release}
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
 # The soname build.rs gave the library: the link the loader follows.
 soname=$(readelf -d "$target/libedgetam.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')

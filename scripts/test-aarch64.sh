@@ -11,7 +11,9 @@
 #   AARCH64_TESTS=build scripts/test-aarch64.sh    # cross-build and lint only
 #   AARCH64_TESTS=prepare scripts/test-aarch64.sh  # only install the target and cross compiler
 #
-# Idempotent. The build goes to AARCH64_TARGET_DIR (default /var/cache/edgetam-ci/aarch64-target
+# Idempotent. In CI (scripts/test.sh) the build runs first in the background lane
+# (AARCH64_TESTS=build at idle priority), the tests later, when this script finds the build
+# fresh. The build goes to AARCH64_TARGET_DIR (default /var/cache/edgetam-ci/aarch64-target
 # when that can be written, else target/), so a machine that keeps it rebuilds only what
 # changed. Cold: ~10 min on 2 cores (every dependency built for ARM64).
 set -euo pipefail
@@ -68,35 +70,38 @@ FEATURES=(--no-default-features --features edgetam/hub)
 # shellcheck source=scripts/ci-lib.sh
 source scripts/ci-lib.sh
 ci_lint_while_building
-cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
-  --all-targets --no-run
-cargo build --release --locked --target "$TARGET" -p edgetam -p edgetam-ros2 "${FEATURES[@]}" \
-  --bin edgetam --bin edgetam-ros2
-file "$CARGO_TARGET_DIR/$TARGET/release/edgetam" 2>/dev/null || true
+# CI's profile (no debug info) or release.
+PROFILE=(--profile "$(ci_cargo_profile)")
+BIN_DIR="$CARGO_TARGET_DIR/$TARGET/$(ci_cargo_profile)"
+# `cargo build --all-targets`: the test binaries and, with the same selection, the CLI and the
+# node (a separate `cargo build --bin` would resolve other features and compile again).
+cargo build "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
+  --all-targets
+file "$BIN_DIR/edgetam" 2>/dev/null || true
 echo "aarch64 build + clippy: $((SECONDS - start)) s"
 if [ "${AARCH64_TESTS:-all}" = build ]; then
   exit 0
 fi
 
 # The CLI runs: it prints the path it takes (NEON).
-qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release/edgetam" cpu
-qemu-aarch64-static -L /usr/aarch64-linux-gnu "$CARGO_TARGET_DIR/$TARGET/release/edgetam-ros2" --help >/dev/null
+qemu-aarch64-static -L /usr/aarch64-linux-gnu "$BIN_DIR/edgetam" cpu
+qemu-aarch64-static -L /usr/aarch64-linux-gnu "$BIN_DIR/edgetam-ros2" --help >/dev/null
 
 test_start=$SECONDS
 status=0
 # Kernel tests at every ISA an ARM64 CPU has (NEON, portable): each test walks them itself.
 # The memory-attention-sized attention check (4096 x 4096) took 252 s of the 283 emulated; the
 # NEON products and softmax are checked on the small and odd shapes.
-cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" --lib kernels:: \
+cargo test "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" --lib kernels:: \
   -- --skip fused_matches_unfused_memory_attention_shapes || status=$?
 # Parity against the committed reference fixtures at 256, the tolerances of the x86 tests.
-cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
+cargo test "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
   --test vision_parity --test decoder_parity --test memory_parity --test memory_attention_parity \
   -- --skip 1024 || status=$?
 # The first 6 frames of the 256 sequence (two objects prompted on frame 0, a third added on
 # frame 5, the memory bank filling): the whole 20 took ~6 min emulated.
 EDGETAM_SEQUENCE_FRAMES=${EDGETAM_SEQUENCE_FRAMES:-6} \
-  cargo test --release --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
+  cargo test "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
     --test sequence_parity \
   -- --exact sequence_256_free_running || status=$?
 echo "aarch64 tests under qemu: $((SECONDS - test_start)) s"

@@ -7,8 +7,8 @@
 # valgrind's memcheck (no error, no definite leak). Ends with `capi: N passed, M failed`.
 #
 # The same programs then run under ASan + UBSan + LSan (every output) and valgrind's memcheck
-# (VALGRIND_OUTPUTS outputs, default 1: valgrind runs the model ~100x slower;
-# CAPI_SKIP_VALGRIND=1 skips it for a quick local run).
+# (the replays stop after VALGRIND_OUTPUTS outputs, default 2; CAPI_SKIP_VALGRIND=1 skips
+# memcheck for a quick local run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -42,11 +42,27 @@ if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ]; then
 fi
 
 work=$(mktemp -d)
-# (An early exit also stops the memcheck run started in the background below.)
-trap 'if [ -n "${vg_errors_pid:-}" ]; then pkill -P "$vg_errors_pid"; kill "$vg_errors_pid"; fi 2> /dev/null; rm -rf "$work"' EXIT
+# (An early exit also stops the memcheck runs started in the background below.)
+vg_pids=()
+cleanup() {
+  local pid
+  for pid in "${vg_pids[@]}"; do
+    pkill -P "$pid"
+    kill "$pid"
+  done 2> /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
 prefix=$work/prefix
 model=fixtures/model
 export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
+
+# The cargo profile (scripts/ci-lib.sh: `ci` in CI, else release) and its folder.
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+profile=$(ci_cargo_profile)
+bin_dir=$(ci_profile_dir)
+export EDGETAM_CARGO_PROFILE=$profile # install-capi.sh and abi-check.sh: that folder
 
 # Rust side: the unit tests (the committed header must be what cbindgen generates, the guard,
 # the ABI overhead test is #[ignore]d), then the library and the reference writer in one build
@@ -55,7 +71,7 @@ export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-2}
 # sets CAPI_SKIP_CARGO_TEST=1.
 if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
   log=$work/cargo-test.log
-  cargo test --release -p edgetam-capi 2>&1 | tee "$log"
+  cargo test --profile "$profile" -p edgetam-capi 2>&1 | tee "$log"
   if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail "cargo test -p edgetam-capi"; fi
   read -r rust_passed rust_failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
     if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
@@ -64,7 +80,7 @@ if [ "${CAPI_SKIP_CARGO_TEST:-0}" != 1 ]; then
 fi
 read -r -a build_args <<< "${CAPI_BUILD_ARGS:--p edgetam-capi --lib --example reference}"
 # The ABI check's baseline library (capi/abi-check.sh), built before the library under test
-# (both land in target/release) and cached by commit: after the first run, nothing to build.
+# (both land in the profile's folder) and cached by commit: after the first run, nothing to build.
 abi_base_ok=0
 if command -v abidiff > /dev/null; then
   t0=$SECONDS
@@ -72,9 +88,10 @@ if command -v abidiff > /dev/null; then
   echo "capi: ABI baseline ready in $((SECONDS - t0)) s"
 fi
 # Full debug info for the capi crate only (its exported functions and structs: what abidiff
-# compares); every other crate keeps the release profile's line tables.
-abi_config=(--config "profile.release.package.edgetam-capi.debug=2")
-if ! cargo build --release "${build_args[@]}" "${abi_config[@]}"; then
+# compares); every other crate keeps its profile's (the `ci` profile says so itself, so there the
+# flag changes nothing and scripts/test.sh's build is reused: CAPI_BUILD_ARGS is its selection).
+abi_config=(--config "profile.$profile.package.edgetam-capi.debug=2")
+if ! cargo build --profile "$profile" "${build_args[@]}" "${abi_config[@]}"; then
   fail "build libedgetam and the reference writer"
   finish
 fi
@@ -98,26 +115,41 @@ check "g++ track.cpp" g++ -std=c++17 "${cc_flags[@]}" capi/tests/cpp/track.cpp -
 check "gcc errors.c, static libedgetam.a" gcc -std=c11 "${cc_flags[@]}" -pthread \
   capi/tests/c/errors.c -o "$work/errors_static" $(pkg-config --cflags edgetam) \
   "$prefix/lib/libedgetam.a" $(pkg-config --static --libs-only-l edgetam | sed 's/-ledgetam//')
-# Memcheck (below): `memcheck NAME COMMAND...` writes NAME.vg, NAME.out and NAME.rc. Its longest
-# run, the bad-input program (six frames tracked, ~6 min under valgrind), starts here, beside
-# the native, CMake and ASan runs, rather than last: run after them it finished alone on one
-# core while the other idled.
+# Memcheck (below): `memcheck NAME ISA COMMAND...` runs COMMAND under valgrind's memcheck on
+# kernel path ISA (EDGETAM_ISA; "" for the path this CPU takes under valgrind, which reports no
+# AVX-512: AVX2), one thread, and writes NAME.vg, NAME.out and NAME.rc. Each run starts as soon
+# as what it needs exists, beside the native, CMake and ASan runs, so that no core idles at the
+# end (valgrind_start, valgrind_wait).
 memcheck() {
-  local name=$1
-  shift
+  local name=$1 isa=$2
+  shift 2
   local t0=$SECONDS
-  RAYON_NUM_THREADS=1 valgrind --error-exitcode=99 --leak-check=full \
-    --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+  RAYON_NUM_THREADS=1 EDGETAM_ISA=${isa:-${EDGETAM_ISA:-}} valgrind --error-exitcode=99 \
+    --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --suppressions=capi/tests/valgrind.supp --log-file="$work/$name.vg" "$@" \
     > "$work/$name.out" 2>&1
   echo $? > "$work/$name.rc"
-  echo "valgrind $name: $((SECONDS - t0)) s"
+  echo "valgrind $name (kernels: ${isa:-as detected}): $((SECONDS - t0)) s"
 }
 vg_start=$SECONDS
-vg_errors_pid=""
-if [ "${CAPI_SKIP_VALGRIND:-0}" != 1 ] && command -v valgrind > /dev/null && [ -x "$work/errors_c" ]; then
-  memcheck errors_c "$work/errors_c" "$model" &
-  vg_errors_pid=$!
+vg_names=()
+valgrind_on=0
+if [ "${CAPI_SKIP_VALGRIND:-0}" != 1 ] && command -v valgrind > /dev/null; then valgrind_on=1; fi
+# valgrind_start NAME ISA COMMAND...: memcheck in the background (when valgrind runs at all).
+valgrind_start() {
+  [ "$valgrind_on" = 1 ] || return 0
+  memcheck "$@" &
+  vg_pids+=($!)
+  vg_names+=("$1")
+}
+# The bad-input program, whole: every error path of the ABI, four tracked frames (RGB8, NV12,
+# I420, GRAY8) and a second tracker's frame. On the portable kernels: valgrind 3.19 runs the
+# AVX2 + FMA kernels some 15x slower than the same program on the portable ones (nulgrind, no
+# checking at all: 549 s against 37 s here), and what this program is for, the ABI's argument
+# checks, frame conversions and error returns, runs the same code on every kernel path. The
+# AVX2 kernels are checked by the C replay below.
+if [ -x "$work/errors_c" ]; then
+  valgrind_start errors_c portable "$work/errors_c" "$model"
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 case $version in
@@ -163,7 +195,15 @@ fi
 
 # The Rust library's results on the case, then the C and C++ programs', byte for byte.
 case_dir=$work/case
-check "reference (Rust) results" target/release/examples/reference "$model" fixtures/sequence_256 "$case_dir"
+check "reference (Rust) results" "$bin_dir/examples/reference" "$model" fixtures/sequence_256 "$case_dir"
+# The C replay under memcheck on the kernels this CPU runs (AVX2; valgrind hides AVX-512): the
+# first VALGRIND_OUTPUTS outputs, default 2: frame 0 with its box and points prompts (two
+# objects, masks copied out), then frame 1, the first to attend to a memory (memory attention
+# over the memory bank, object pointers). The longest run (~6 min here): it starts now.
+vg_outputs=${VALGRIND_OUTPUTS:-2}
+if [ -x "$work/track_c" ]; then
+  valgrind_start track_c "" "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$vg_outputs"
+fi
 compare() { # compare NAME PREFIX: the program's text and masks equal the reference's
   check "$1: results equal Rust's ($(grep -c '^out' "$case_dir/expected.txt") outputs, \
 $(grep -c '^  obj' "$case_dir/expected.txt") object results: scores, IoUs, boxes, areas)" \
@@ -236,28 +276,22 @@ else
 fi
 
 # Memcheck: no error, no definite leak, on every instruction (the library's too). Valgrind runs
-# the model ~100x slower than natively, so the replays stop after VALGRIND_OUTPUTS outputs
-# (default 1: frame 0 with its box and points prompts, two objects, masks copied out), the
-# bad-input program runs whole (four tracked frames: RGB8, NV12, I420, GRAY8), one thread each
-# (RAYON_NUM_THREADS=1: valgrind serialises threads, and idle workers spinning cost time) and
-# the three programs side by side. The suppressions file lists only what is shown to be global
-# state of Rust's std / rayon (see its comments).
+# the model some 100x slower than natively (AVX2: far more), so each program runs on one thread
+# (RAYON_NUM_THREADS=1: valgrind serialises threads, and idle workers spinning cost time), the
+# replays stop after VALGRIND_OUTPUTS outputs and the three runs go side by side: the bad-input
+# program (portable kernels, started first), the C replay (this CPU's kernels) and the C++ replay
+# (portable kernels: what it adds to the C one is the header's inline C++, the same on every
+# path). The suppressions file lists only what is shown to be global state of Rust's std /
+# rayon (see its comments).
 if [ "${CAPI_SKIP_VALGRIND:-0}" = 1 ]; then
   echo "capi: valgrind skipped (CAPI_SKIP_VALGRIND=1; not for CI)"
-elif command -v valgrind > /dev/null; then
-  n=${VALGRIND_OUTPUTS:-1}
-  names=()
-  if [ -x "$work/track_c" ]; then
-    memcheck track_c "$work/track_c" "$model" "$case_dir" "$work/vg_c" 256 "$n" &
-    names+=(track_c)
-  fi
+elif [ "$valgrind_on" = 1 ]; then
   if [ -x "$work/track_cpp" ]; then
-    memcheck track_cpp "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 "$n" &
-    names+=(track_cpp)
+    valgrind_start track_cpp portable "$work/track_cpp" "$model" "$case_dir" "$work/vg_cpp" 256 \
+      "$vg_outputs"
   fi
-  if [ -n "${vg_errors_pid:-}" ]; then names+=(errors_c); fi
-  wait
-  for name in "${names[@]}"; do
+  wait "${vg_pids[@]}"
+  for name in "${vg_names[@]}"; do
     if [ "$(cat "$work/$name.rc")" = 0 ]; then
       pass "valgrind $name: $(grep -E 'ERROR SUMMARY' "$work/$name.vg" | sed 's/^==[0-9]*== //')"
     else
@@ -267,7 +301,7 @@ elif command -v valgrind > /dev/null; then
     grep -E 'definitely lost|indirectly lost|ERROR SUMMARY' "$work/$name.vg" |
       sed "s/^==[0-9]*==/valgrind $name:/"
   done
-  echo "valgrind: $((SECONDS - vg_start)) s ($n output(s) per replay)"
+  echo "valgrind: $((SECONDS - vg_start)) s ($vg_outputs output(s) per replay)"
 else
   fail "valgrind is not installed (scripts/install-deps.sh)"
 fi

@@ -5,6 +5,8 @@
 #
 #   scripts/test-debian13.sh            make the root if needed, build, test (CI: scripts/test.sh)
 #   scripts/test-debian13.sh --prepare  only make / update the root
+#   scripts/test-debian13.sh --build    make the root if needed and compile the tests (v1_26),
+#                                       run nothing (CI: its background lane, before the tests)
 #   scripts/test-debian13.sh --shell    an interactive shell in the root (repo at /src)
 #   scripts/test-debian13.sh --run CMD  one command in the root (in /src), e.g.
 #       --run 'cargo test --release -p gst-plugin-edgetam --features v1_26 --test analytics'
@@ -27,13 +29,14 @@ MODE=test
 case "${1:-}" in
   "") ;;
   --prepare) MODE=prepare ;;
+  --build) MODE=build ;;
   --shell) MODE=shell ;;
   --run)
     MODE=run
     RUN_CMD=${2:?--run needs a command}
     ;;
   -h | --help)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -45,9 +48,14 @@ esac
 # The host's toolchain, found before any sudo (which changes HOME).
 RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
 CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}
+# The cargo profile of the build: scripts/ci-lib.sh's (`ci` in CI, else `release`).
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+EDGETAM_CARGO_PROFILE=$(ci_cargo_profile)
+export EDGETAM_CARGO_PROFILE
 if [ "$(id -u)" -ne 0 ]; then
   echo "debian13: needs root (mount, chroot): re-running with sudo"
-  exec sudo --preserve-env=EDGETAM_CI_CACHE,DEBIAN13_MIRROR \
+  exec sudo --preserve-env=EDGETAM_CI_CACHE,DEBIAN13_MIRROR,EDGETAM_CARGO_PROFILE \
     RUSTUP_HOME="$RUSTUP_HOME" CARGO_HOME="$CARGO_HOME" "$0" "$@"
 fi
 export RUSTUP_HOME CARGO_HOME
@@ -230,6 +238,7 @@ fi
 
 say "GStreamer in the root: $(in_root 'pkg-config --modversion gstreamer-analytics-1.0') (gstreamer-analytics-1.0)"
 log=$CACHE/test.log
+if [ "$MODE" = build ]; then log=$CACHE/build.log; fi
 : >"$log"
 status=0
 # v1_26 (every Mtd, segmentation too) runs the plugin's whole test suite; v1_24 (what an
@@ -241,21 +250,26 @@ declare -A TESTS=(
 # The plugin's library is a cdylib: cargo names it (and its rlib) without a hash, so a build
 # with one feature overwrites the other's while cargo still deems that one fresh. The plugin
 # is cleaned when the feature changes, and the run starts with the feature built last.
+# --build compiles the first feature's tests only (what the run then finds fresh).
+PROFILE=$EDGETAM_CARGO_PROFILE
 marker=$TARGET/.edgetam-plugin-feature
 order=(v1_26 v1_24)
 if [ "$(cat "$marker" 2>/dev/null)" = v1_24 ]; then order=(v1_24 v1_26); fi
+if [ "$MODE" = build ]; then order=("${order[0]}"); fi
 for feature in "${order[@]}"; do
   tests=${TESTS[$feature]}
-  say "build + test gst-plugin-edgetam --features $feature (${tests:-every test})"
+  no_run="" what="build + test"
+  if [ "$MODE" = build ]; then no_run="--no-run" what="build (the tests compiled, not run)"; fi
+  say "$what gst-plugin-edgetam --features $feature (profile $PROFILE; ${tests:-every test})"
   t=$SECONDS
   if [ "$(cat "$marker" 2>/dev/null)" != "$feature" ]; then
-    in_root "cargo clean --release -q -p gst-plugin-edgetam"
+    in_root "cargo clean --profile $PROFILE -q -p gst-plugin-edgetam"
   fi
   echo "$feature" >"$marker"
   set +e
   # --no-fail-fast: every test binary runs even when one fails. The console gets the test
   # results and failures, the workspace crates' compile lines and a count of the others.
-  in_root "cargo test --release --locked --no-fail-fast -p gst-plugin-edgetam --features $feature $tests" 2>&1 |
+  in_root "cargo test --profile $PROFILE --locked --no-fail-fast $no_run -p gst-plugin-edgetam --features $feature $tests" 2>&1 |
     tee -a "$log" | awk '
       /^ *Compiling / { n++; if ($2 ~ /^(edgetam|gst-plugin)/ || n % 50 == 0) { printf "  compiling: %d crates (%s)\n", n, $2; fflush() } next }
       /^ *(Finished|Running) |^test result:|^test .* FAILED|^error(\[|:)|^---- |^thread .* panicked/ { print; fflush() }'
@@ -265,6 +279,10 @@ for feature in "${order[@]}"; do
   if [ "$rc" -ne 0 ]; then status=$rc; fi
 done
 rm -rf --one-file-system "$ROOT"/tmp/edgetam-gst-*
+if [ "$MODE" = build ]; then
+  say "built in $((SECONDS - started)) s (full log: $log)"
+  exit "$status"
+fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "debian13 tests: %d passed, %d failed\n", p, f }' "$log"
 say "done in $((SECONDS - started)) s (full log: $log)"

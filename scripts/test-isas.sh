@@ -6,18 +6,21 @@
 # capped path, with the same tolerances. Below avx512 the bf16 kernels never run, so bf16_mode
 # checks there that the bf16 mode is refused (Error::PrecisionUnavailable), not run as f32.
 #
-#   scripts/test-isas.sh                 # after `cargo test --release --workspace` (CI)
+#   scripts/test-isas.sh                 # after scripts/test.sh's workspace build and tests (CI)
 #   ISAS="avx2" scripts/test-isas.sh     # one path only
 #
 # Prints one "test result" line per test binary and ISA, like cargo test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# scripts/test.sh's features, so the test binaries it built are reused.
-FEATURES=${FEATURES:-edgetam/tokio,edgetam/opencv,edgetam-pipeline/tokio,edgetam-pipeline/opencv}
-
-cargo build --release --locked --workspace --features "$FEATURES" --bin edgetam
+# shellcheck source=scripts/ci-lib.sh
+source scripts/ci-lib.sh
+# scripts/test.sh's selection, features and profile, so the binaries it built are reused (after
+# it, this build finds everything fresh).
+FEATURES=${FEATURES:-$CI_FEATURES}
+profile=$(ci_cargo_profile)
+ci_build_workspace
 # "cpu kernels: avx512 (this CPU runs avx512, avx2, portable)"
-line=$(target/release/edgetam cpu)
+line=$("$(ci_profile_dir)/edgetam" cpu)
 echo "$line"
 if [ -z "${ISAS:-}" ]; then
   runs=$(echo "$line" | sed -n 's/.*this CPU runs \(.*\))$/\1/p' | tr -d ',')
@@ -29,9 +32,9 @@ for isa in $ISAS; do
   start=$SECONDS
   echo "== EDGETAM_ISA=$isa: kernel and parity tests"
   # The workspace with scripts/test.sh's features: the binaries `cargo test` built, reused.
-  EDGETAM_ISA=$isa cargo test --release --locked --workspace --features "$FEATURES" --lib \
-    kernels:: || status=$?
-  EDGETAM_ISA=$isa cargo test --release --locked --workspace --features "$FEATURES" \
+  EDGETAM_ISA=$isa cargo test --profile "$profile" --locked --workspace --features "$FEATURES" \
+    --lib kernels:: || status=$?
+  EDGETAM_ISA=$isa cargo test --profile "$profile" --locked --workspace --features "$FEATURES" \
     --test vision_parity --test decoder_parity --test memory_parity \
     --test memory_attention_parity --test sequence_parity --test frame_parity \
     --test bf16_mode || status=$?

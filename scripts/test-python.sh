@@ -31,6 +31,8 @@ if ! cmp -s "$req" "$venv/requirements-dev.txt"; then
   cp "$req" "$venv/requirements-dev.txt"
 fi
 echo "python venv ($venv): $((SECONDS - start)) s"
+# `--prepare`: only the venv (network-bound; CI makes it in the background early on).
+if [ "${1:-}" = --prepare ]; then exit 0; fi
 failures=0
 # `python -m ziglang cc` for TRIPLE against glibc 2.28, as a linker: rustc's gcc-style
 # arguments, except libgcc_s (zig links its own unwinder) and a flag zig's lld lacks.
@@ -59,18 +61,39 @@ audit() {
     failures=$((failures + 1))
   fi
 }
-# The Rust results the parity tests compare with.
+# The Rust results the parity tests compare with: the CLI of scripts/test.sh's build (its
+# selection, found fresh) or, run by hand, built here.
+profile=$(ci_cargo_profile)
 if [ -n "${EDGETAM_CLI_FEATURES:-}" ]; then
-  cargo build --release --workspace --bins --features "$EDGETAM_CLI_FEATURES"
+  FEATURES=$EDGETAM_CLI_FEATURES ci_build_workspace
 else
-  cargo build --release --bin edgetam
+  cargo build --profile "$profile" --bin edgetam
 fi
+EDGETAM_CLI=${EDGETAM_CLI:-$(realpath "$(ci_profile_dir)")/edgetam}
+export EDGETAM_CLI
 # The wheel (manylinux_2_28: maturin refuses a library needing newer glibc symbols), then a
-# clean install of it (what `pip install edgetam-*.whl` installs).
+# clean install of it (what `pip install edgetam-*.whl` installs). After scripts/test.sh's
+# workspace build only the wheel's own crates compile (the tracker and the pipeline have fewer
+# features here: no OpenCV in a wheel); python/Cargo.toml's feature pins keep every dependency
+# as that build compiled it, and a dependency compiled again here says the pins are out of date.
 rm -rf target/wheels/edgetam-*.whl
-"$venv/bin/maturin" build --release --manifest-path python/Cargo.toml --out target/wheels \
+wheel_log=$(mktemp)
+"$venv/bin/maturin" build --profile "$profile" --manifest-path python/Cargo.toml --out target/wheels \
   --interpreter "$venv/bin/python" --compatibility manylinux_2_28 \
-  -- -C linker="$(zig_linker x86_64)"
+  -- -C linker="$(zig_linker x86_64)" 2>&1 | tee "$wheel_log"
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+  echo "python FAIL: maturin build"
+  exit 1
+fi
+if [ -n "${EDGETAM_CLI_FEATURES:-}" ]; then
+  again=$(awk '/^ *Compiling / && $2 !~ /^edgetam/ { print $2 }' "$wheel_log" | sort -u | tr '\n' ' ')
+  if [ -n "$again" ]; then
+    echo "python: the wheel compiled $(wc -w <<< "$again") dependencies again after the workspace build: $again(the feature pins in python/Cargo.toml are out of date)"
+  else
+    echo "python: the wheel compiled no dependency again after the workspace build"
+  fi
+fi
+rm -f "$wheel_log"
 wheel=$(ls target/wheels/edgetam-*.whl)
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 echo "wheel $(basename "$wheel"): $(stat -c %s "$wheel") bytes; build: $((SECONDS - start)) s"
@@ -103,10 +126,10 @@ run_aarch64_wheel() {
   root=$(bash scripts/arm64-python.sh)
   site=$(mktemp -d)
   export CARGO_TARGET_DIR=${AARCH64_TARGET_DIR:-$cache/aarch64-target}
-  cli=$CARGO_TARGET_DIR/aarch64-unknown-linux-gnu/release/edgetam
+  cli=$CARGO_TARGET_DIR/aarch64-unknown-linux-gnu/$profile/edgetam
   if ! (CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
     CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar \
-    cargo build --release --locked --target aarch64-unknown-linux-gnu -p edgetam \
+    cargo build --profile "$profile" --locked --target aarch64-unknown-linux-gnu -p edgetam \
       --no-default-features --features edgetam/hub --bin edgetam) ||
     ! "$venv/bin/pip" install --quiet --disable-pip-version-check --target "$site" \
       --platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64 --python-version 3.11 \
@@ -143,7 +166,7 @@ if [ "${PYTHON_AARCH64_WHEEL:-1}" = 1 ]; then
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
     export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
     export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-    "$venv/bin/maturin" build --release --target aarch64-unknown-linux-gnu \
+    "$venv/bin/maturin" build --profile "$profile" --target aarch64-unknown-linux-gnu \
       --manifest-path python/Cargo.toml --out target/wheels-aarch64 \
       --compatibility manylinux_2_28 -- -C linker="$(zig_linker aarch64)"
   ); then

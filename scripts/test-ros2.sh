@@ -19,6 +19,7 @@
 # EDGETAM_ROS2_DISTROS: the distros to run (default "kilted jazzy"). EDGETAM_CLI_FEATURES: cargo
 # features of scripts/test.sh's build (then its binaries are reused, as test-python.sh does).
 # Closing line: `ros2: N passed, M failed`; exit status 1 when anything failed.
+# `--prepare` only makes the venvs (network-bound; CI makes them in the background early on).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -68,18 +69,38 @@ venv_for() {
   echo "$venv"
 }
 
+# venv_of DISTRO: that distro's requirements file.
+venv_of() {
+  case $1 in
+    kilted) echo tools/ros2/requirements.txt ;;
+    jazzy) echo tools/ros2/requirements-jazzy.txt ;;
+    *) return 1 ;;
+  esac
+}
+if [ "${1:-}" = --prepare ]; then
+  for distro in ${EDGETAM_ROS2_DISTROS:-kilted jazzy}; do
+    req=$(venv_of "$distro") || { echo "ros2: unknown distro $distro"; exit 1; }
+    step=$SECONDS
+    venv_for "$req" "ros2-venv-$distro" > /dev/null || { echo "ros2: venv from $req failed"; exit 1; }
+    echo "ros2: $distro venv ready ($((SECONDS - step)) s)"
+  done
+  exit 0
+fi
+
 # --- builds --------------------------------------------------------------------------------
 step=$SECONDS
-target=${CARGO_TARGET_DIR:-$root/target}
+profile=$(ci_cargo_profile)
 if [ -n "${EDGETAM_CLI_FEATURES:-}" ]; then
-  build=(cargo build --release --workspace --bins --features "$EDGETAM_CLI_FEATURES")
-  timeout 3600 "${build[@]}" || { fail "setup: ${build[*]}"; finish; }
+  # scripts/test.sh's selection (ci_build_workspace): its build, found fresh.
+  FEATURES=$EDGETAM_CLI_FEATURES ci_build_workspace ||
+    { fail "setup: the workspace build (scripts/ci-lib.sh ci_build_workspace)"; finish; }
 else
-  timeout 3600 cargo build --release -p edgetam-ros2 || { fail "setup: cargo build --release -p edgetam-ros2"; finish; }
-  timeout 3600 cargo build --release -p edgetam --bin edgetam || { fail "setup: cargo build --release -p edgetam --bin edgetam"; finish; }
+  timeout 3600 cargo build --profile "$profile" -p edgetam-ros2 || { fail "setup: cargo build -p edgetam-ros2"; finish; }
+  timeout 3600 cargo build --profile "$profile" -p edgetam --bin edgetam || { fail "setup: cargo build -p edgetam --bin edgetam"; finish; }
 fi
-node=$target/release/edgetam-ros2
-cli=$target/release/edgetam
+target=$(realpath "$(ci_profile_dir)")
+node=$target/edgetam-ros2
+cli=$target/edgetam
 for b in "$node" "$cli"; do
   [ -x "$b" ] || { fail "setup: $b was not built"; finish; }
 done
@@ -128,10 +149,10 @@ run_distro() {
 
 for distro in ${EDGETAM_ROS2_DISTROS:-kilted jazzy}; do
   case $distro in
-    kilted) run_distro kilted tools/ros2/requirements.txt ;;
+    kilted) run_distro kilted "$(venv_of kilted)" ;;
     # The second distro runs the checks that exercise the wire (masks, stamps, drops), not the
     # CLI comparison of other encodings or the load errors a second time.
-    jazzy) run_distro jazzy tools/ros2/requirements-jazzy.txt --only identity,drop --frames 12 ;;
+    jazzy) run_distro jazzy "$(venv_of jazzy)" --only identity,drop --frames 12 ;;
     *) fail "unknown distro $distro in EDGETAM_ROS2_DISTROS" ;;
   esac
 done
