@@ -8,8 +8,8 @@
 #   skipped (`ci_passed`), so a change to the GStreamer element does not re-run the ARM64
 #   emulation, while any change to what a step reads runs it again. EDGETAM_CI_FULL=1 runs every
 #   step whatever its key.
-# * Timings: `ci_step_time NAME SECONDS` records a step's wall time; `ci_step_summary` prints them
-#   all in one line at the end, and the total against CI's budget in another.
+# * Timings: `ci_step_time NAME SECONDS` records a step's wall time and the machine's idle core
+#   time during it; `ci_step_summary` prints them at the end, and the total against CI's budget.
 # * One compile per configuration: `ci_cargo_profile` (the `ci` profile in CI), `CI_FEATURES` and
 #   `ci_build_workspace`, the one selection every host step builds with, so that no step
 #   compiles a dependency the workspace build already compiled with other features.
@@ -260,13 +260,29 @@ ci_lane_stop() {
 }
 
 CI_STEP_TIMES=()
-ci_step_time() { CI_STEP_TIMES+=("$1 $2 s"); }
+CI_STEP_IDLE=()
+# Idle core time of the whole machine so far, in seconds (/proc/stat's idle + iowait, summed over
+# the cores): a cold run is CPU-bound on 2 cores, so a step that leaves cores idle is where
+# reordering pays, and one that leaves none can only get shorter by doing less.
+ci_idle_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%d\n", ($5 + $6) / hz; exit }' /proc/stat \
+    2> /dev/null || echo 0
+}
+CI_IDLE_MARK=$(ci_idle_seconds)
+ci_step_time() {
+  local now
+  now=$(ci_idle_seconds)
+  CI_STEP_TIMES+=("$1 $2 s")
+  if [ "$1" != total ]; then CI_STEP_IDLE+=("$1 $((now - CI_IDLE_MARK)) s"); fi
+  CI_IDLE_MARK=$now
+}
 # CI's own limit is 90 minutes; the project keeps a cold run under 60 on its slowest 2-core
 # host, so the closing line says how far the run is from that.
 CI_BUDGET_SECONDS=${EDGETAM_CI_BUDGET_SECONDS:-3600}
 ci_step_summary() {
   local IFS=';'
   echo "step times: ${CI_STEP_TIMES[*]}" | sed 's/;/; /g'
+  echo "idle core time (all cores, during each step): ${CI_STEP_IDLE[*]}" | sed 's/;/; /g'
 }
 # ci_budget_line TOTAL_SECONDS: the one-line verdict against the budget.
 ci_budget_line() {

@@ -89,7 +89,7 @@ if command -v abidiff > /dev/null; then
 fi
 # Full debug info for the capi crate only (its exported functions and structs: what abidiff
 # compares); every other crate keeps its profile's (the `ci` profile says so itself, so there the
-# flag changes nothing and scripts/test.sh's build is reused: CAPI_BUILD_ARGS is its selection).
+# flag changes nothing and scripts/test.sh's compiled dependencies are reused).
 abi_config=(--config "profile.$profile.package.edgetam-capi.debug=2")
 if ! cargo build --profile "$profile" "${build_args[@]}" "${abi_config[@]}"; then
   fail "build libedgetam and the reference writer"

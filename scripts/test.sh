@@ -134,7 +134,7 @@ lane_fuzz_build() {
 }
 lane_mdbook() { bash scripts/build-docs.sh --install-only; }
 ci_lane_start lane_downloads lane_cuda lane_msrv lane_aarch64_build lane_debian13_build \
-  lane_fuzz_build lane_mdbook
+  lane_mdbook lane_fuzz_build
 
 # From here every cargo command of the workspace (the step scripts' too) lints while it
 # compiles; the MSRV check, the fuzz build and the Debian 13 root set their own.
@@ -229,46 +229,19 @@ ci_step_time "ros2" $((SECONDS - t))
 
 # The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
 # temporary prefix, programs built with gcc / g++, results byte-equal to the Rust library's, bad
-# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above, its library and
-# reference writer are the workspace build's. It runs in the background from here, beside the
-# fuzz, docs and Python steps: its memcheck runs are single-threaded (its step time overlaps
-# theirs). Its output is printed when it ends.
+# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above. Its library is
+# built as users build it (`-p edgetam-capi`: the workspace's feature set would link OpenCV into
+# libedgetam); capi/Cargo.toml's feature pins leave only the tracker and the capi crate to compile.
+# It runs in the background from here, beside the fuzz, docs and Python steps: its memcheck runs
+# are single-threaded (its step time overlaps theirs). Its output is printed when it ends.
 t_capi=$SECONDS
 (
   set +e
-  CAPI_SKIP_CARGO_TEST=1 CAPI_BUILD_ARGS="--locked --workspace --all-targets --features $FEATURES" \
+  CAPI_SKIP_CARGO_TEST=1 CAPI_BUILD_ARGS="--locked -p edgetam-capi --lib --example reference" \
     bash scripts/test-capi.sh > "$logcapi" 2>&1
   echo $? > "$logcapi.rc"
 ) &
 capi_pid=$!
-
-# The fuzz targets (fuzz/, cargo-fuzz + libFuzzer), built in the lane, each run on its
-# committed seeds for FUZZ_SECONDS (15 s by default), two at a time.
-t=$SECONDS
-set +e
-{
-  ci_lane_wait lane_fuzz_build
-  build_status=$?
-  (ci_no_lint && bash scripts/fuzz.sh)
-  run_status=$?
-  [ "$build_status" -eq 0 ] && [ "$run_status" -eq 0 ]
-} 2>&1 | tee "$logfuzz"
-fuzz_status=${PIPESTATUS[0]}
-set -e
-ci_step_time "fuzz" $((SECONDS - t))
-
-# The guide built (mdBook, installed in the lane) and every relative link and #anchor in it and
-# in README.md, BENCHMARKS.md and ARCHITECTURE.md checked (scripts/build-docs.sh).
-t=$SECONDS
-set +e
-{
-  ci_lane_wait lane_mdbook
-  bash scripts/build-docs.sh
-} 2>&1 | tee "$logdocs"
-docs_status=${PIPESTATUS[0]}
-set -e
-docs_summary=$(grep -E '^docs: [0-9]+ pages' "$logdocs" | tail -n 1 | sed 's/^docs: //' || true)
-ci_step_time "docs" $((SECONDS - t))
 
 # The Python package (python/): its abi3 wheel built with maturin and installed into a cached
 # venv, then its pytest suite (parity with the CLI built above, bad inputs, threads, memory).
@@ -284,6 +257,35 @@ set -e
 # pytest -q's closing line, e.g. "43 passed in 61.20s".
 python_summary=$(grep -E '^[0-9]+ (passed|failed|error)|[0-9]+ (passed|failed|errors?) in ' "$logpy" | tail -n 1 || true)
 ci_step_time "python" $((SECONDS - t))
+
+# The guide built (mdBook, installed in the lane) and every relative link and #anchor in it and
+# in README.md, BENCHMARKS.md and ARCHITECTURE.md checked (scripts/build-docs.sh).
+t=$SECONDS
+set +e
+{
+  ci_lane_wait lane_mdbook
+  bash scripts/build-docs.sh
+} 2>&1 | tee "$logdocs"
+docs_status=${PIPESTATUS[0]}
+set -e
+docs_summary=$(grep -E '^docs: [0-9]+ pages' "$logdocs" | tail -n 1 | sed 's/^docs: //' || true)
+ci_step_time "docs" $((SECONDS - t))
+
+# The fuzz targets (fuzz/, cargo-fuzz + libFuzzer), built in the lane, each run on its
+# committed seeds for FUZZ_SECONDS (15 s by default), two at a time. Last: the lane's last job
+# (its instrumented build, the longest) gets the cores the Python and docs steps leave idle.
+t=$SECONDS
+set +e
+{
+  ci_lane_wait lane_fuzz_build
+  build_status=$?
+  (ci_no_lint && bash scripts/fuzz.sh)
+  run_status=$?
+  [ "$build_status" -eq 0 ] && [ "$run_status" -eq 0 ]
+} 2>&1 | tee "$logfuzz"
+fuzz_status=${PIPESTATUS[0]}
+set -e
+ci_step_time "fuzz" $((SECONDS - t))
 
 # The C ABI step started above.
 set +e
