@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Ours vs the PyTorch reference, per frame and per stage, run alternately on one machine.
+# Ours vs the reference tracker, per frame and per stage, run alternately on one machine: the
+# reference's stages in PyTorch and, with -g, in the engines CPU users deploy.
 #
 #   tools/reference/bench_alternating.sh [-r ROUNDS] [-n FRAMES] [-k WARMUP] [-t THREADS]
 #                                        [-o OBJECTS] [-s SIZE] [-p DTYPES] [-e on|off|both]
-#                                        [-i ISA] [-d OUTDIR]
+#                                        [-i ISA] [-g ENGINES] [-d OUTDIR]
 #
+# ENGINES: the reference's engines in the rotation, comma-separated, default `torch`; `all` is
+# torch,openvino-f32,openvino,onnxruntime (tools/reference/engines.py: transformers' streaming
+# loop with each per-frame stage converted once and swapped in; `openvino` is its default
+# precision, bf16 on CPUs with AVX512-BF16 or AMX).
 # DTYPES: our precisions, `f32` (default), `bf16` or `f32,bf16`; -e: our encoder-ahead modes
 # (default off). The reference always runs serial fp32. -i ISA (avx512, avx2, neon, portable) holds
 # both sides to one instruction set on a CPU that has a wider one: ours through EDGETAM_ISA, PyTorch
 # through ATEN_CPU_CAPABILITY (its own kernels), ONEDNN_MAX_CPU_ISA (oneDNN's convolutions and
 # matmuls) and MKL_ENABLE_INSTRUCTIONS (MKL's sgemm); for avx2 that is what a Zen 3 or an Intel
-# client CPU runs. Without -i each side uses the widest it has.
+# client CPU runs. OpenVINO follows ONEDNN_MAX_CPU_ISA too (its JSON's `engine_report` lists the
+# kernels it ran); ONNX Runtime has no such switch and is left out of a held run. Without -i
+# each side uses the widest it has.
 #
 # Measures the float32 matmul peak once, then runs `edgetam bench` and `time_reference.py`
-# alternately ROUNDS times (ours, reference, ours, reference, ...: machine noise and drift hit both
-# alike), then prints `compare_bench.py` on the medians across rounds. Same synthetic stream, box
+# alternately ROUNDS times (ours, then each engine, then ours again...: machine noise and drift hit
+# all alike), then prints `compare_bench.py` on the medians across rounds, once per engine. Same synthetic stream, box
 # prompts, random weights, size and thread count on both sides. FRAMES counts frame 0 (the prompted
 # frame); statistics cover frames >= max(1, WARMUP). Each tracked frame costs ~1.3 s (1 object)
 # or ~2.7 s (3 objects) at 1024 on 2 cores, so the defaults take about two minutes.
@@ -24,13 +31,14 @@
 set -euo pipefail
 
 ROUNDS=2 FRAMES=6 WARMUP=2 THREADS=2 OBJECTS=1 SIZE=1024 OUT="" DTYPES=f32 AHEAD=off ISA=""
-while getopts "r:n:k:t:o:s:d:p:e:i:h" opt; do
+ENGINES=torch
+while getopts "r:n:k:t:o:s:d:p:e:i:g:h" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; n) FRAMES=$OPTARG ;; k) WARMUP=$OPTARG ;; t) THREADS=$OPTARG ;;
     o) OBJECTS=$OPTARG ;; s) SIZE=$OPTARG ;; d) OUT=$OPTARG ;; p) DTYPES=$OPTARG ;;
-    e) AHEAD=$OPTARG ;; i) ISA=$OPTARG ;;
-    h) sed -n '2,24p' "$0"; exit 0 ;;
-    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+    e) AHEAD=$OPTARG ;; i) ISA=$OPTARG ;; g) ENGINES=$OPTARG ;;
+    h) sed -n '2,32p' "$0"; exit 0 ;;
+    *) sed -n '2,32p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -56,6 +64,27 @@ case "$ISA" in
   neon) export EDGETAM_ISA=neon ;;
   *) echo "-i: unknown ISA '$ISA' (avx512, avx2, neon or portable)" >&2; exit 2 ;;
 esac
+[ "$ENGINES" = all ] && ENGINES=torch,openvino-f32,openvino,onnxruntime
+engines=()
+for engine in ${ENGINES//,/ }; do
+  case "$engine" in
+    torch | openvino-f32 | openvino) ;;
+    onnxruntime)
+      if [ -n "$ISA" ]; then
+        echo "== onnxruntime left out: it cannot be held to $ISA" >&2
+        continue
+      fi ;;
+    *) echo "-g: unknown engine '$engine' (torch, openvino-f32, openvino, onnxruntime, all)" >&2; exit 2 ;;
+  esac
+  if [ "$engine" != torch ] && [ -n "$ISA" ] && [ "$ISA" != avx2 ] && [ "$ISA" != avx512 ]; then
+    echo "== $engine left out: it is held to avx2 or avx512 only" >&2
+    continue
+  fi
+  engines+=("$engine")
+done
+[ "${#engines[@]}" -gt 0 ] || { echo "-g: no engine left to run" >&2; exit 2; }
+max_isa=()
+case "$ISA" in avx2 | avx512) max_isa=(--max-isa "$ISA") ;; esac
 [ -z "$ISA" ] || echo "== both sides held to $ISA (EDGETAM_ISA=$EDGETAM_ISA${ATEN_CPU_CAPABILITY:+, ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS=$MKL_ENABLE_INSTRUCTIONS})"
 
 echo "== fp32 matmul peak, $THREADS threads"
@@ -67,10 +96,16 @@ for r in $(seq 1 "$ROUNDS"); do
   "$BIN" bench --random-weights --input-size "$SIZE" --objects "$OBJECTS" --frames "$((FRAMES - WARMUP))" \
     --warmup "$WARMUP" --threads "$THREADS" --dtype "$DTYPES" --encoder-ahead "$AHEAD" \
     --json "$OUT/ours_$r.json"
-  echo "== round $r/$ROUNDS: reference"
-  "$PY" "$REF/time_reference.py" --size "$SIZE" --objects "$OBJECTS" --frames "$FRAMES" \
-    --warmup "$WARMUP" --threads "$THREADS" --quiet --json "$OUT/ref_$r.json"
+  for engine in "${engines[@]}"; do
+    echo "== round $r/$ROUNDS: reference, $engine"
+    "$PY" "$REF/time_reference.py" --size "$SIZE" --objects "$OBJECTS" --frames "$FRAMES" \
+      --warmup "$WARMUP" --threads "$THREADS" --quiet --engine "$engine" "${max_isa[@]}" \
+      --json "$OUT/ref_${engine}_$r.json"
+  done
 done
 
-echo "== medians across $ROUNDS round(s) (files in $OUT)"
-"$PY" "$REF/compare_bench.py" --ours "$OUT"/ours_*.json --ref "$OUT"/ref_*.json --peak "$OUT/peak.json"
+for engine in "${engines[@]}"; do
+  echo "== medians across $ROUNDS round(s), ours against the reference in $engine (files in $OUT)"
+  "$PY" "$REF/compare_bench.py" --ours "$OUT"/ours_*.json --ref "$OUT"/ref_"${engine}"_*.json \
+    --peak "$OUT/peak.json"
+done

@@ -2,7 +2,8 @@
 """Time transformers' EdgeTAM streaming tracker frame by frame and stage by stage.
 
     python tools/reference/time_reference.py --size 1024 --objects 1,3 --frames 12 --warmup 2 \\
-        --threads 2 --json /tmp/reference.json [--peak] [--device cpu|cuda]
+        --threads 2 --json /tmp/reference.json [--peak] [--device cpu|cuda] \\
+        [--engine torch|openvino-f32|openvino|onnxruntime] [--max-isa avx2|avx512]
 
 The reference twin of `edgetam bench`: the same synthetic frames and box prompts (defined in
 `synthetic_frame` / `box_prompt` below; the Rust bench mirrors them exactly), random weights
@@ -19,6 +20,12 @@ Per frame it records, in milliseconds (keys shared with `edgetam bench --json`):
 * `postprocess_ms`: `post_process_masks` to the original size, binarised (skip: --no-postprocess);
 * `end_to_end_ms`: preprocess + the model call + postprocess;
 * `other_ms`: end to end minus the stages above (Python bookkeeping, memory gathering, ...).
+
+`--engine` runs the per-frame stages in another engine users deploy (OpenVINO at f32 or at its
+default precision, ONNX Runtime; `engines.py`), swapped into the same streaming loop and timed by
+the same hooks; the stream then runs once untimed first, so that every graph it needs is
+converted before the timed run. `--max-isa` holds the engines to an instruction set (oneDNN's
+ONEDNN_MAX_CPU_ISA; the JSON's `engine_report` lists the kernels OpenVINO says it ran).
 
 Stages are timed with forward pre/post hooks (`time.perf_counter`; on CUDA after a synchronize).
 Frame 0 is the prompted frame (every object's box); statistics (median, p95, max) are over frames
@@ -37,10 +44,17 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# --max-isa must reach oneDNN's environment before torch or an engine loads it.
+if "--max-isa" in sys.argv[:-1]:
+    from engines import engine_environment  # noqa: E402
+
+    engine_environment(sys.argv[sys.argv.index("--max-isa") + 1])
+
+import torch  # noqa: E402
+
 from common import make_model, make_processor  # noqa: E402
+from engines import ENGINES, use_engine  # noqa: E402
 
 # Synthetic stream: 640x360 RGB.
 W, H = 640, 360
@@ -269,11 +283,18 @@ def main() -> None:
     ap.add_argument("--no-postprocess", action="store_true",
                     help="leave out post_process_masks (end to end = processor + model call)")
     ap.add_argument("--quiet", action="store_true", help="no per-frame lines")
+    ap.add_argument("--engine", choices=ENGINES, default="torch",
+                    help="the engine of the per-frame stages (engines.py); torch: transformers' own")
+    ap.add_argument("--max-isa", choices=("avx2", "avx512"),
+                    help="hold torch and the engines to this instruction set (oneDNN's switch)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.set_grad_enabled(False)
-    result = {"implementation": "reference", "machine": machine_info(a.device, a.threads),
+    if a.engine != "torch" and a.device != "cpu":
+        ap.error("--engine: the CPU engines run on --device cpu")
+    result = {"implementation": "reference" if a.engine == "torch" else f"reference ({a.engine})",
+              "engine": a.engine, "max_isa": a.max_isa, "machine": machine_info(a.device, a.threads),
               "threads": a.threads, "device": a.device, "dtype": "f32", "size": a.size,
               "frames": a.frames, "warmup": a.warmup, "stats_from_frame": max(1, a.warmup),
               "postprocess": not a.no_postprocess, "configs": []}
@@ -283,13 +304,30 @@ def main() -> None:
     if a.frames > 0:
         model = make_model(a.size).to(a.device)
         proc = make_processor(a.size)
+        engine = use_engine(model, a.engine, a.threads, a.size)
         timer = StageTimer(model, a.device)
-        for n in (int(x) for x in a.objects.split(",") if x.strip()):
+        counts = [int(x) for x in a.objects.split(",") if x.strip()]
+        if engine is not None:
+            # Every graph the timed runs need (one per stage call signature), converted now.
+            for n in counts:
+                run_config(model, proc, timer, n, a.frames, a.device, not a.no_postprocess, False)
+            print(f"{a.engine} {engine.version}: {engine.graphs} graphs converted in "
+                  f"{engine.compile_seconds:.1f} s (not timed)")
+            result["engine_version"] = engine.version
+            result["engine_graphs"] = engine.graphs
+            result["engine_compile_s"] = engine.compile_seconds
+        for n in counts:
             frames = run_config(model, proc, timer, n, a.frames, a.device, not a.no_postprocess, not a.quiet)
             cfg = {"objects": n, "encoder_ahead": False, "dtype": "f32", "frames": frames}
             cfg.update(summarize(frames, result["stats_from_frame"]))
             result["configs"].append(cfg)
-        print(f"\nreference, {a.size} input, {a.threads} threads, {a.device}, "
+        if engine is not None:
+            result["engine_report"] = engine.precision_report()
+            report = result["engine_report"]
+            if "primitives" in report:
+                print(f"{a.engine}: precision hint {report['precision_hint']}, layers by runtime precision "
+                      f"{report['runtime_precisions']}, by kernel {report['primitives']}")
+        print(f"\n{result['implementation']}, {a.size} input, {a.threads} threads, {a.device}, "
               f"stats over frames >= {result['stats_from_frame']} of {a.frames} (ms)")
         print_table(result["configs"])
     # Peak resident memory of this process (Linux reports ru_maxrss in KiB), as `edgetam bench`.
