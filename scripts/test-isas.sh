@@ -27,12 +27,6 @@ if [ -z "${ISAS:-}" ]; then
   widest=$(echo "$runs" | awk '{print $1}')
   ISAS=$(echo "$runs" | tr ' ' '\n' | grep -vx "$widest" | tr '\n' ' ')
 fi
-# The sequences at 512, 768 and 1024 run forced (every frame's stages on the reference's own
-# memory inputs) but not free-running: drift over a stream is the 256 sequences' job (the longest,
-# 20 frames, free-running on every path), and at 512+ the portable path's free-running replays
-# took half of this step (the model runs some 5x slower there than on AVX2).
-SKIP=(--skip sequence_512_free_running --skip sequence_768_free_running
-  --skip sequence_1024_free_running)
 status=0
 for isa in $ISAS; do
   start=$SECONDS
@@ -43,7 +37,7 @@ for isa in $ISAS; do
   EDGETAM_ISA=$isa cargo test --profile "$profile" --locked --workspace --features "$FEATURES" \
     --test vision_parity --test decoder_parity --test memory_parity \
     --test memory_attention_parity --test sequence_parity --test frame_parity \
-    --test bf16_mode -- "${SKIP[@]}" || status=$?
+    --test bf16_mode || status=$?
   echo "EDGETAM_ISA=$isa: $((SECONDS - start)) s"
 done
 exit "$status"
