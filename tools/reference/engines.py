@@ -131,8 +131,8 @@ class Engine:
         for compiled in self.compiled:
             for op in compiled.get_runtime_model().get_ops():
                 rt = op.get_rt_info()
-                prim = str(rt["primitiveType"]) if "primitiveType" in rt else "?"
-                prec = str(rt["runtimePrecision"]) if "runtimePrecision" in rt else "?"
+                prim = _rt_value(rt, "primitiveType")
+                prec = _rt_value(rt, "runtimePrecision")
                 if prim in ("", "?", "undef"):
                     continue
                 primitives[prim] += 1
@@ -140,6 +140,17 @@ class Engine:
         hint = self.compiled[0].get_property("INFERENCE_PRECISION_HINT") if self.compiled else None
         return {"engine": self.name, "version": self.version, "precision_hint": str(hint),
                 "primitives": dict(primitives.most_common()), "runtime_precisions": dict(precisions)}
+
+
+def _rt_value(rt, key: str) -> str:
+    """A runtime-info entry of OpenVINO's executed graph as text (an OVAny holding a string)."""
+    if key not in rt:
+        return "?"
+    value = rt[key]
+    try:
+        return str(value.astype(str))
+    except (AttributeError, TypeError, RuntimeError):
+        return str(getattr(value, "value", value))
 
 
 class _Flat(nn.Module):
