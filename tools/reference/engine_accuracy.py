@@ -24,10 +24,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-if "--max-isa" in sys.argv[:-1]:
-    from engines import engine_environment  # noqa: E402
+from engine_isa import from_argv  # noqa: E402
 
-    engine_environment(sys.argv[sys.argv.index("--max-isa") + 1])
+from_argv()
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402

@@ -31,7 +31,6 @@ Never imported by the Rust build, its tests or CI; needs tools/reference/require
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections import Counter
@@ -321,19 +320,3 @@ def use_engine(model, engine_name: str, threads: int, size: int, workdir: Path |
     model.memory_encoder = ConvertedStage(model.memory_encoder, engine, "memory_encoder")
     model.spatial_perceiver = ConvertedStage(model.spatial_perceiver, engine, "spatial_perceiver")
     return engine
-
-
-def engine_environment(max_isa: str | None) -> dict[str, str]:
-    """Environment that holds the engines to an instruction set, set before they are imported:
-    OpenVINO's CPU plugin and PyTorch read oneDNN's ONEDNN_MAX_CPU_ISA (OpenVINO's executed
-    graph then names the kernels it chose: `precision_report`); ONNX Runtime's MLAS has no such
-    switch and picks by CPUID."""
-    if not max_isa:
-        return {}
-    isa = {"avx2": "AVX2", "avx512": "AVX512_CORE"}.get(max_isa)
-    if isa is None:
-        raise ValueError(f"--max-isa {max_isa}: avx2 or avx512")
-    env = {"ONEDNN_MAX_CPU_ISA": isa, "DNNL_MAX_CPU_ISA": isa,
-           "ATEN_CPU_CAPABILITY": max_isa, "MKL_ENABLE_INSTRUCTIONS": {"avx2": "AVX2", "avx512": "AVX512"}[max_isa]}
-    os.environ.update(env)
-    return env

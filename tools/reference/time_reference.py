@@ -46,10 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # --max-isa must reach oneDNN's environment before torch or an engine loads it.
-if "--max-isa" in sys.argv[:-1]:
-    from engines import engine_environment  # noqa: E402
+from engine_isa import from_argv  # noqa: E402
 
-    engine_environment(sys.argv[sys.argv.index("--max-isa") + 1])
+from_argv()
 
 import torch  # noqa: E402
 
