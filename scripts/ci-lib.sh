@@ -259,6 +259,12 @@ ci_lane_stop() {
   if [ -n "$CI_LANE_DIR" ]; then rm -rf "$CI_LANE_DIR"; fi
 }
 
+# ci_recompiled LOG: the dependencies (not the workspace's crates) a cargo log compiled, one
+# line; a build that should reuse the workspace build's outputs prints nothing.
+ci_recompiled() {
+  awk '/^ *Compiling / && $2 !~ /^edgetam/ { print $2 }' "$1" | sort -u | tr '\n' ' '
+}
+
 CI_STEP_TIMES=()
 CI_STEP_IDLE=()
 # Idle core time of the whole machine so far, in seconds (/proc/stat's idle + iowait, summed over

@@ -99,7 +99,7 @@ if [ "${PIPESTATUS[0]}" -ne 0 ]; then
 fi
 # After scripts/test.sh's workspace build only the tracker (other features) and this crate
 # should compile; anything else means capi/Cargo.toml's feature pins are out of date.
-again=$(awk '/^ *Compiling / && $2 !~ /^edgetam/ { print $2 }' "$build_log" | sort -u | tr '\n' ' ')
+again=$(ci_recompiled "$build_log")
 if [ -n "$again" ] && [ "${CAPI_SKIP_CARGO_TEST:-0}" = 1 ]; then
   echo "capi: the library compiled $(wc -w <<< "$again") dependencies again after the workspace build: $again(the feature pins in capi/Cargo.toml are out of date)"
 fi

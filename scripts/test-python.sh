@@ -86,7 +86,7 @@ if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   exit 1
 fi
 if [ -n "${EDGETAM_CLI_FEATURES:-}" ]; then
-  again=$(awk '/^ *Compiling / && $2 !~ /^edgetam/ { print $2 }' "$wheel_log" | sort -u | tr '\n' ' ')
+  again=$(ci_recompiled "$wheel_log")
   if [ -n "$again" ]; then
     echo "python: the wheel compiled $(wc -w <<< "$again") dependencies again after the workspace build: $again(the feature pins in python/Cargo.toml are out of date)"
   else
