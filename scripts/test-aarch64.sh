@@ -64,7 +64,7 @@ PACKAGES=(-p edgetam-tracker -p edgetam-pipeline -p edgetam -p edgetam-ros2)
 # the cross-build (`--input` then takes folders of frames only). The ROS 2 node (pure Rust,
 # RustDDS) is cross-built and linted with the library.
 FEATURES=(--no-default-features --features edgetam/hub)
-# Every target of these crates compiled once for ARM64 with clippy's lints (-D warnings) as it
+# What the ARM64 tests need, compiled once with clippy's lints (-D warnings) as it
 # compiles (clippy-driver as the workspace's compiler, scripts/ci-lib.sh): the lint, the CLI
 # and the test binaries below from one build, no separate check-mode pass over the dependencies.
 # shellcheck source=scripts/ci-lib.sh
@@ -73,10 +73,15 @@ ci_lint_while_building
 # CI's profile (no debug info) or release.
 PROFILE=(--profile "$(ci_cargo_profile)")
 BIN_DIR="$CARGO_TARGET_DIR/$TARGET/$(ci_cargo_profile)"
-# `cargo build --all-targets`: the test binaries and, with the same selection, the CLI and the
-# node (a separate `cargo build --bin` would resolve other features and compile again).
+# The libraries, the CLI and the node, and the test binaries run below, in one build: with test
+# targets selected cargo resolves the dev-dependencies' features as `cargo test` does, so the
+# tests compile nothing again but their own harnesses (a separate `cargo build --bin` would
+# resolve other features and compile again). The examples, benches and other tests are the same
+# Rust on every architecture: the host build lints them; the NEON code is in the libraries.
+ARM_TESTS=(--test vision_parity --test decoder_parity --test memory_parity
+  --test memory_attention_parity --test sequence_parity)
 cargo build "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
-  --all-targets
+  --lib --bins "${ARM_TESTS[@]}"
 file "$BIN_DIR/edgetam" 2>/dev/null || true
 echo "aarch64 build + clippy: $((SECONDS - start)) s"
 if [ "${AARCH64_TESTS:-all}" = build ]; then
