@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use edgetam::pipeline::{DropPolicy, Frame, Outcome, Pipeline, PixelFormat};
-use edgetam::tracker::internals::StageWork;
+use edgetam::tracker::internals::{layers, LayerTime, StageWork};
 use edgetam::tracker::{EdgeTam, Precision, Prompt, StageTimes, Tracker};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -76,6 +76,12 @@ pub struct BenchArgs {
     /// Draw latency over frames and the median stage breakdown per configuration (SVG).
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+    /// Also time each layer of the image encoder (serial runs on the CPU; the measured frames
+    /// only) and print where the stage's time goes, layer by layer, per stage and per kind of
+    /// layer: the table to set beside an engine's own per-layer profile
+    /// (tools/reference/engine_profile.py for OpenVINO). The probes add a little to the stage.
+    #[arg(long)]
+    layers: bool,
 }
 
 /// Synthetic frame size (the reference timing script uses the same).
@@ -262,6 +268,33 @@ struct ConfigReport {
     /// On a GPU: host <-> device traffic per frame, mean over the whole run (warm-up included).
     #[serde(skip_serializing_if = "Option::is_none")]
     transfer_per_frame: Option<TransferPerFrame>,
+    /// `--layers`: the image encoder's layers in the order they run, mean per measured frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layers: Option<Vec<LayerReport>>,
+}
+
+/// One image-encoder layer's time (`--layers`).
+#[derive(Debug, Clone, Serialize)]
+struct LayerReport {
+    layer: String,
+    kind: &'static str,
+    ms_per_frame: f64,
+    calls_per_frame: f64,
+}
+
+impl LayerReport {
+    fn from_probes(times: Vec<LayerTime>, frames: usize) -> Vec<Self> {
+        let n = frames.max(1) as f64;
+        times
+            .into_iter()
+            .map(|t| Self {
+                layer: t.layer,
+                kind: t.kind,
+                ms_per_frame: t.total.as_secs_f64() * 1e3 / n,
+                calls_per_frame: t.calls as f64 / n,
+            })
+            .collect()
+    }
 }
 
 /// Mean host <-> device copies per frame (`edgetam_tracker::transfer`).
@@ -337,6 +370,8 @@ struct Run<'a> {
     warmup: u32,
     frames: u32,
     progress: &'a ProgressBar,
+    /// `--layers`: the probes' records of the warm-up frames are dropped.
+    layers: bool,
 }
 
 impl Run<'_> {
@@ -359,6 +394,9 @@ impl Run<'_> {
         let mut out = Vec::new();
         for t in 0..(self.warmup + self.frames) as usize {
             let rgb = self.input.frame(t, objects as usize);
+            if self.layers && t == self.warmup as usize {
+                layers::take();
+            }
             let start = Instant::now();
             let r = tracker.track(&rgb, w, h)?;
             let took = start.elapsed();
@@ -524,12 +562,17 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                         "{image_size} input, {objects} object(s), {}, {dtype}",
                         if ahead { "encoder-ahead" } else { "serial" }
                     ));
+                    // Per-layer probes on the serial CPU runs only: the encoder-ahead thread would
+                    // mix frames across the warm-up boundary, and a GPU's ops return queued.
+                    let probe = args.layers && !ahead && shared.device().is_cpu();
+                    layers::set_enabled(probe);
                     let run = Run {
                         model: &shared,
                         input: &input,
                         warmup: args.warmup,
                         frames: args.frames,
                         progress: &progress,
+                        layers: probe,
                     };
                     let moved_before = edgetam::tracker::internals::transfer::snapshot();
                     let frames = if ahead {
@@ -554,6 +597,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                     if !shared.device().is_cpu() {
                         r.transfer_per_frame = Some(TransferPerFrame::new(moved, total));
                     }
+                    if probe {
+                        layers::set_enabled(false);
+                        r.layers = Some(LayerReport::from_probes(layers::take(), frames.len()));
+                    }
                     reports.push(r);
                     model = Arc::try_unwrap(shared)
                         .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
@@ -562,6 +609,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         }
         progress.finish_and_clear();
         print!("{}", render_blocks(&reports[first..]));
+        print!("{}", render_layers(&reports[first..]));
     }
     print!("{}", render_summary(&reports));
     let peak_rss = peak_rss_mib();
@@ -650,6 +698,7 @@ fn report(
         gmac_per_frame: gmac,
         macs: mac_counts,
         transfer_per_frame: None,
+        layers: None,
     }
 }
 
@@ -774,6 +823,64 @@ fn reports_sizes(reports: &[ConfigReport]) -> Vec<usize> {
         }
     }
     sizes
+}
+
+/// `--layers`: per configuration, the image encoder's layers in the order they run, then the
+/// totals per backbone stage and per kind of layer (mean ms per measured frame).
+fn render_layers(reports: &[ConfigReport]) -> String {
+    let mut s = String::new();
+    for r in reports {
+        let Some(layers) = &r.layers else { continue };
+        let probed: f64 = layers.iter().map(|l| l.ms_per_frame).sum();
+        let stage =
+            r.frames.iter().map(|f| f.image_encoder_ms).sum::<f64>() / r.frames.len().max(1) as f64;
+        let _ = writeln!(
+            s,
+            "\nimage encoder, layer by layer ({} object(s), {}, {} input): the layers sum to \
+             {probed:.2} ms of the stage's mean {stage:.2} ms per frame",
+            r.objects, r.dtype, r.image_size
+        );
+        let share = |ms: f64| {
+            if probed > 0.0 {
+                100.0 * ms / probed
+            } else {
+                0.0
+            }
+        };
+        let _ = writeln!(s, "{:>8} {:>6}  {:<32} layer", "ms", "share", "kind");
+        for l in layers {
+            let _ = writeln!(
+                s,
+                "{:>8.3} {:>5.1}%  {:<32} {}",
+                l.ms_per_frame,
+                share(l.ms_per_frame),
+                l.kind,
+                l.layer
+            );
+        }
+        let mut totals = |title: &str, key: &dyn Fn(&LayerReport) -> String| {
+            let mut groups: Vec<(String, f64, usize)> = Vec::new();
+            for l in layers {
+                let k = key(l);
+                match groups.iter_mut().find(|g| g.0 == k) {
+                    Some(g) => {
+                        g.1 += l.ms_per_frame;
+                        g.2 += 1;
+                    }
+                    None => groups.push((k, l.ms_per_frame, 1)),
+                }
+            }
+            let _ = writeln!(s, "{title}:");
+            for (k, ms, n) in groups {
+                let _ = writeln!(s, "{ms:>8.3} {:>5.1}%  {n:>3} layer(s)  {k}", share(ms));
+            }
+        };
+        totals("per part", &|l| {
+            l.layer.split('.').next().unwrap_or_default().to_string()
+        });
+        totals("per kind", &|l| l.kind.to_string());
+    }
+    s
 }
 
 /// One stage table per configuration.

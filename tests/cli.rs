@@ -633,6 +633,82 @@ fn input_size_rule_is_checked_and_named() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// `--layers`: every layer of the image encoder timed once per measured frame (the 20 RepViT
+/// blocks, the stem, the downsamples, the neck and the two high-resolution convs), the totals
+/// per part and per kind, the same records in the JSON; the layers' sum fits inside the stage's
+/// own time. Encoder-ahead runs carry none (their encoder thread straddles the warm-up).
+#[test]
+fn bench_times_the_image_encoder_layer_by_layer() {
+    let json = tmp("bench_layers.json");
+    let args = [
+        "--objects",
+        "1",
+        "--warmup",
+        "1",
+        "--frames",
+        "2",
+        "--layers",
+    ];
+    let how = ["--encoder-ahead", "both", "--json", json.to_str().unwrap()];
+    let o = bench("256", &[&args[..], &how].concat(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "image encoder, layer by layer (1 object(s), f32, 256 input)",
+        "stem.conv1",
+        "stages_0.blocks.0.se",
+        "stages_0.blocks.1\n",
+        "stages_2.downsample.spatial_downsample",
+        "stages_3.blocks.1\n",
+        "neck (stride-16 level)",
+        "conv_s0 (with its FPN lateral)",
+        "per part:",
+        "per kind:",
+        "dw 3x3 + mlp, one pass",
+    ] {
+        assert!(out.contains(line), "no `{line}` in:\n{out}");
+    }
+    assert_eq!(
+        out.matches("layer by layer").count(),
+        1,
+        "serial only:\n{out}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let configs = doc["configs"].as_array().unwrap();
+    assert!(
+        configs[1].get("layers").is_none(),
+        "encoder-ahead: no layers"
+    );
+    let layers = configs[0]["layers"].as_array().unwrap();
+    let blocks = layers
+        .iter()
+        .filter(|l| l["layer"].as_str().unwrap().contains(".blocks."))
+        .map(|l| {
+            let name = l["layer"].as_str().unwrap();
+            name.split('.').take(3).collect::<Vec<_>>().join(".")
+        })
+        .collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(blocks.len(), 2 + 2 + 14 + 2, "{blocks:?}");
+    let mut sum = 0.0;
+    for l in layers {
+        assert_eq!(l["calls_per_frame"], 1.0, "{l}");
+        let ms = l["ms_per_frame"].as_f64().unwrap();
+        assert!(ms > 0.0, "{l}");
+        sum += ms;
+    }
+    let stage: f64 = configs[0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["image_encoder_ms"].as_f64().unwrap())
+        .sum::<f64>()
+        / 2.0;
+    assert!(
+        sum <= stage,
+        "the layers ({sum} ms) within the stage ({stage} ms)"
+    );
+}
+
 /// `bench --input-size 256,512`: one block per size, the summary names each size, and the JSON
 /// lists both.
 #[test]

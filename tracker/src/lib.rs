@@ -90,6 +90,7 @@ pub mod internals {
     pub use crate::frame::preprocess::{
         preprocess, preprocess_frame, preprocess_host, resize_rgb_u8,
     };
+    pub use crate::instrument::layers::{self, LayerTime};
     pub use crate::instrument::macs::StageWork;
     pub use crate::instrument::transfer::{self, Transfers};
     pub use crate::kernels::attention::bf16::scaled_dot_product_bf16;

@@ -16,6 +16,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 
 use crate::error::{Error, Result};
+use crate::instrument::layers::timed;
 use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::model::config::EdgeTamConfig;
 use crate::model::conv::Pointwise;
@@ -155,7 +156,11 @@ impl ImageEncoder {
     /// Encodes `[N, 3, S, S]` normalized pixels (see [`crate::frame::preprocess::preprocess`]).
     pub fn forward(&self, pixel_values: &Tensor) -> Result<ImageFeatures> {
         let stages = self.backbone_stages(pixel_values)?;
-        let (level2, level2_pos) = self.neck.embedding(&stages)?;
+        let (level2, level2_pos) = timed(
+            || "neck (stride-16 level)".into(),
+            "fpn: 1x1 laterals + top-down",
+            || self.neck.embedding(&stages),
+        )?;
         self.features(level2, level2_pos, &stages, None)
     }
 
@@ -218,11 +223,18 @@ impl ImageEncoder {
         fpn: Option<&[Tensor]>,
     ) -> Result<ImageFeatures> {
         let [s0, s1] = &self.high_res;
+        let high_res = |conv: &HighRes, level: usize| {
+            timed(
+                || format!("conv_s{level} (with its FPN lateral)"),
+                "1x1",
+                || conv.forward(&self.neck, stages, fpn, level),
+            )
+        };
         Ok(ImageFeatures {
             level2,
             level2_pos,
-            feat_s0: s0.forward(&self.neck, stages, fpn, 0)?,
-            feat_s1: s1.forward(&self.neck, stages, fpn, 1)?,
+            feat_s0: high_res(s0, 0)?,
+            feat_s1: high_res(s1, 1)?,
         })
     }
 }

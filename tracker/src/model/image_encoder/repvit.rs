@@ -11,6 +11,7 @@
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
+use crate::instrument::layers::{timed, timed_if};
 use crate::kernels::conv::depthwise::Depthwise;
 use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::model::conv::{conv_norm, Dense, Pointwise};
@@ -35,6 +36,8 @@ struct Stage {
 
 /// `RepVitDownsample`: pre-block, 3x3 depthwise stride 2, 1x1 to the new width, residual FFN.
 struct Downsample {
+    /// The checkpoint path (`stages_1.downsample`), for the per-layer profile.
+    name: String,
     pre_block: Block,
     spatial: Depthwise,
     channel: Pointwise,
@@ -43,6 +46,8 @@ struct Downsample {
 
 /// `RepViTBlock`: token mixer, optional squeeze-excite, residual channel mixer.
 struct Block {
+    /// The checkpoint path (`stages_2.blocks.3`), for the per-layer profile.
+    name: String,
     token_mixer: Depthwise,
     se: Option<SqueezeExcite>,
     mlp: Mlp,
@@ -130,8 +135,9 @@ fn depthwise_conv_norm(
 }
 
 impl Block {
-    fn load(vb: &VarBuilder, dim: usize, use_se: bool) -> candle_core::Result<Self> {
+    fn load(vb: &VarBuilder, name: String, dim: usize, use_se: bool) -> candle_core::Result<Self> {
         Ok(Self {
+            name,
             token_mixer: token_mixer(&vb.pp("token_mixer"), dim)?,
             se: if use_se {
                 Some(SqueezeExcite::load(&vb.pp("se"), dim)?)
@@ -146,36 +152,72 @@ impl Block {
         if self.se.is_none() {
             // Token and channel mixer in one pass per pixel block.
             let m = &self.mlp;
-            if let Some(y) = m
-                .conv1
-                .channel_mixer_after(&m.conv2, &self.token_mixer, x)?
-            {
+            let fused = timed_if(
+                || self.name.clone(),
+                "dw 3x3 + mlp, one pass",
+                || m.conv1.channel_mixer_after(&m.conv2, &self.token_mixer, x),
+                |y| matches!(y, Ok(Some(_))),
+            )?;
+            if let Some(y) = fused {
                 return Ok(y);
             }
         }
-        let mut x = self.token_mixer.forward(x)?;
+        let name = |part: &str| format!("{}.{part}", self.name);
+        let mut x = timed(
+            || name("token_mixer"),
+            "dw 3x3",
+            || self.token_mixer.forward(x),
+        )?;
         if let Some(se) = &self.se {
-            x = se.forward(&x)?;
+            x = timed(|| name("se"), "squeeze-excite", || se.forward(&x))?;
         }
-        self.mlp.forward_residual(&x)
+        timed(
+            || name("channel_mixer"),
+            "mlp (1x1, gelu, 1x1, residual)",
+            || self.mlp.forward_residual(&x),
+        )
     }
 }
 
 impl Downsample {
-    fn load(vb: &VarBuilder, in_dim: usize, out_dim: usize) -> candle_core::Result<Self> {
+    fn load(
+        vb: &VarBuilder,
+        name: String,
+        in_dim: usize,
+        out_dim: usize,
+    ) -> candle_core::Result<Self> {
         Ok(Self {
-            pre_block: Block::load(&vb.pp("pre_block"), in_dim, false)?,
+            pre_block: Block::load(
+                &vb.pp("pre_block"),
+                format!("{name}.pre_block"),
+                in_dim,
+                false,
+            )?,
             spatial: depthwise_conv_norm(&vb.pp("spatial_downsample"), in_dim, 2)?,
             channel: Pointwise::conv_norm(&vb.pp("channel_downsample"), in_dim, out_dim)?,
             ffn: Mlp::load(&vb.pp("ffn"), out_dim)?,
+            name,
         })
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let name = |part: &str| format!("{}.{part}", self.name);
         let x = self.pre_block.forward(x)?;
-        let x = self.spatial.forward(&x)?;
-        let x = self.channel.forward(&x)?;
-        self.ffn.forward_residual(&x)
+        let x = timed(
+            || name("spatial_downsample"),
+            "dw 3x3 stride 2",
+            || self.spatial.forward(&x),
+        )?;
+        let x = timed(
+            || name("channel_downsample"),
+            "1x1",
+            || self.channel.forward(&x),
+        )?;
+        timed(
+            || name("ffn"),
+            "mlp (1x1, gelu, 1x1, residual)",
+            || self.ffn.forward_residual(&x),
+        )
     }
 }
 
@@ -192,12 +234,16 @@ impl RepVit {
         for (i, (&dim, &depth)) in DIMS.iter().zip(&DEPTHS).enumerate() {
             let svb = vb.pp(format!("stages_{i}"));
             let downsample = if i > 0 {
-                Some(Downsample::load(&svb.pp("downsample"), in_dim, dim)?)
+                let name = format!("stages_{i}.downsample");
+                Some(Downsample::load(&svb.pp("downsample"), name, in_dim, dim)?)
             } else {
                 None
             };
             let blocks = (0..depth)
-                .map(|j| Block::load(&svb.pp(format!("blocks.{j}")), dim, j % 2 == 0))
+                .map(|j| {
+                    let name = format!("stages_{i}.blocks.{j}");
+                    Block::load(&svb.pp(format!("blocks.{j}")), name, dim, j % 2 == 0)
+                })
                 .collect::<candle_core::Result<Vec<_>>>()?;
             stages.push(Stage { downsample, blocks });
             in_dim = dim;
@@ -225,8 +271,16 @@ impl RepVit {
     }
 
     pub fn forward(&self, pixel_values: &Tensor) -> candle_core::Result<Vec<Tensor>> {
-        let mut x = self.stem[0].forward_gelu(pixel_values)?;
-        x = self.stem[1].forward(&x)?;
+        let mut x = timed(
+            || "stem.conv1".into(),
+            "dense 3x3 stride 2 + gelu",
+            || self.stem[0].forward_gelu(pixel_values),
+        )?;
+        x = timed(
+            || "stem.conv2".into(),
+            "dense 3x3 stride 2",
+            || self.stem[1].forward(&x),
+        )?;
         let mut outs = Vec::with_capacity(self.stages.len());
         for stage in &self.stages {
             if let Some(d) = &stage.downsample {
