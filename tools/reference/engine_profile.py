@@ -17,6 +17,11 @@ inference measured outside the counters.
 
     PYTHON tools/reference/engine_profile.py --size 512 [--engine openvino-f32|openvino]
         [--threads 2] [--warmup 5] [--iters 20] [--max-isa avx2] [--top 25] [--json out.json]
+        [--ours bench.json]
+
+`--ours` reads an `edgetam bench --layers --json` report (the same size and threads) and prints
+the two side by side, block by block (a node whose fused layers name no module, such as a
+depthwise conv with its BatchNorm folded, is counted in the block of the next node that does).
 
 Never imported by the Rust build, its tests or CI; needs tools/reference/requirements.txt.
 """
@@ -42,13 +47,30 @@ import torch  # noqa: E402
 from common import make_model  # noqa: E402
 from engines import _FusedImageFeatures, _rt_value  # noqa: E402
 
-STAGE = re.compile(r"(stem|stages?\.\d+|neck|lateral\.\d+|unfused_projections)")
+# A node's block, read from the module paths of the original layers it fused (`__module.backbone.
+# timm_model.stages_2.blocks.3.channel_mixer...`), named as `edgetam bench --layers` names ours.
+BLOCK = re.compile(r"(stem|stages_\d+\.(?:blocks\.\d+|downsample\.pre_block|downsample))")
+FPN = "fpn + conv_s0/s1"
 
 
-def stage_of(original_names: str) -> str:
-    """The RepViT stage (or FPN part) a fused node came from, read from its original layers."""
-    m = STAGE.search(original_names)
-    return m.group(1) if m else "other"
+def block_of(names: str) -> str | None:
+    """The RepViT block a node came from; the FPN (laterals, top-down, the fused stride-4/8
+    projections) is one part; None when no original layer names a module (BatchNorm folds
+    such as `Multiply_123`)."""
+    m = BLOCK.search(names)
+    if m:
+        return m.group(1)
+    return FPN if "__module." in names else None
+
+
+def our_block(layer: str) -> str:
+    """Ours (`edgetam bench --layers` JSON) on the same blocks: `stages_2.blocks.3.se` ->
+    `stages_2.blocks.3`, `stages_1.downsample.ffn` -> `stages_1.downsample`, the neck and the
+    high-resolution convs -> the FPN part."""
+    if layer.startswith("stem"):
+        return "stem"
+    m = BLOCK.match(layer)
+    return m.group(1) if m else FPN
 
 
 def main() -> None:
@@ -63,6 +85,8 @@ def main() -> None:
     ap.add_argument("--max-isa", choices=("avx2", "avx512"),
                     help="hold OpenVINO to this instruction set (oneDNN's switch)")
     ap.add_argument("--json", type=Path, help="write every node's record here")
+    ap.add_argument("--ours", type=Path,
+                    help="an `edgetam bench --layers --json` report to set beside, block by block")
     a = ap.parse_args()
     if a.iters < 1 or a.warmup < 0:
         ap.error("--iters must be at least 1 and --warmup not negative")
@@ -111,6 +135,22 @@ def main() -> None:
             "precision": _rt_value(rt, "runtimePrecision"),
             "original": _rt_value(rt, "originalLayersNames"),
         }
+    # Blocks in execution order (the counters' order); an unnamed node takes the block of the
+    # next named node: a block's first layer is its depthwise token mixer, BatchNorm folded.
+    order = [info.node_name for info in request.profiling_info]
+    block: dict[str, str] = {}
+    pending = []
+    for name in order:
+        b = block_of(f"{detail.get(name, {}).get('original', '')},{name}")
+        if b is None:
+            pending.append(name)
+            continue
+        for p in pending:
+            block[p] = b
+        pending = []
+        block[name] = b
+    for p in pending:
+        block[p] = FPN
 
     nodes = []
     for name, times in per_node.items():
@@ -118,7 +158,7 @@ def main() -> None:
         nodes.append({"name": name, "type": kind[name][0], "primitive": kind[name][1],
                       "ms": statistics.median(times), "layouts": d["layouts"],
                       "precision": d["precision"], "fused": d["original"].count(",") + 1 if d["original"] else 0,
-                      "original": d["original"], "stage": stage_of(d["original"] or name)})
+                      "original": d["original"], "block": block.get(name, FPN)})
     nodes.sort(key=lambda n: -n["ms"])
     total = sum(n["ms"] for n in nodes)
     wall = statistics.median(walls)
@@ -131,7 +171,7 @@ def main() -> None:
     print(f"{'ms':>7} {'share':>6}  {'type':<14} {'primitive':<26} {'layout':<14} {'prec':<5} fused  stage / name")
     for n in nodes[: a.top]:
         print(f"{n['ms']:7.3f} {100 * n['ms'] / total:5.1f}%  {n['type']:<14} {n['primitive']:<26} "
-              f"{n['layouts'][:14]:<14} {n['precision'][:5]:<5} {n['fused']:>5}  {n['stage']} / {n['name'][:60]}")
+              f"{n['layouts'][:14]:<14} {n['precision'][:5]:<5} {n['fused']:>5}  {n['block']} / {n['name'][:60]}")
 
     def table(key, title):
         agg: dict = defaultdict(lambda: [0, 0.0])
@@ -145,7 +185,7 @@ def main() -> None:
         return {str(k): {"nodes": c, "ms": m} for k, (c, m) in agg.items()}
 
     by_kind = table(lambda n: f"{n['type']} / {n['primitive']}", "by node type / primitive")
-    by_stage = table(lambda n: n["stage"], "by RepViT stage (from the fused original layers)")
+    by_stage = table(lambda n: n["block"].split(".")[0], "by RepViT stage (from the fused original layers)")
     by_layout = table(lambda n: n["layouts"], "by output layout")
     if a.json:
         a.json.write_text(json.dumps({
@@ -154,6 +194,36 @@ def main() -> None:
             "wall_ms_min": min(walls), "counters_ms": total, "nodes": nodes, "by_kind": by_kind,
             "by_stage": by_stage, "by_layout": by_layout}, indent=1))
         print(f"\nwrote {a.json}")
+    if a.ours:
+        side_by_side(a.ours, nodes, order, wall, a.engine)
+
+
+def side_by_side(path: Path, nodes: list, order: list, wall: float, engine: str) -> None:
+    """Ours (the first serial configuration of an `edgetam bench --layers` JSON) against the
+    engine's counters, block by block in execution order."""
+    report = json.loads(path.read_text())
+    config = next((c for c in report.get("configs", []) if c.get("layers")), None)
+    if config is None:
+        sys.exit(f"{path}: no configuration with `layers` (run `edgetam bench --layers --json`)")
+    ours: dict[str, float] = defaultdict(float)
+    for layer in config["layers"]:
+        ours[our_block(layer["layer"])] += layer["ms_per_frame"]
+    theirs: dict[str, float] = defaultdict(float)
+    for n in nodes:
+        theirs[n["block"]] += n["ms"]
+    blocks = list(dict.fromkeys(n["block"] for n in sorted(nodes, key=lambda n: order.index(n["name"]))))
+    blocks += [b for b in ours if b not in theirs]
+    frames = config.get("frames", [])
+    stage = sum(f["image_encoder_ms"] for f in frames) / max(len(frames), 1)
+    print(f"\nours ({config.get('dtype')}, {path.name}) against {engine}, block by block (ms; ratio = ours / theirs):")
+    print(f"{'ours':>8} {'theirs':>8} {'ratio':>6}  block")
+    for b in blocks:
+        o, t = ours.get(b, 0.0), theirs.get(b, 0.0)
+        ratio = f"{o / t:6.2f}" if t > 0 else "     -"
+        print(f"{o:8.3f} {t:8.3f} {ratio}  {b}")
+    o, t = sum(ours.values()), sum(theirs.values())
+    print(f"{o:8.3f} {t:8.3f} {o / t:6.2f}  all layers (probes / counters)")
+    print(f"{stage:8.3f} {wall:8.3f} {stage / wall:6.2f}  the whole encoder (our stage time / one inference)")
 
 
 if __name__ == "__main__":

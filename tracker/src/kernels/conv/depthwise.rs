@@ -269,6 +269,25 @@ impl Kernel {
         let (k, s, p) = (self.k, self.stride, self.padding);
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         out.fill(self.bias[c]);
+        // Strided: each input row split once into its `s` column phases (row `iy`'s phase `r`
+        // at `(iy * s + r) * phase_len`, its value `j` column `j * s + r`), so that every tap
+        // reads a contiguous run, as at stride 1, instead of every `s`-th value (which does
+        // not vectorise). Same products, same order.
+        let phase_len = w.div_ceil(s);
+        let mut phases = Vec::new();
+        if s > 1 {
+            phases = vec![0f32; h * s * phase_len];
+            for (irow, prow) in inp
+                .chunks_exact(w)
+                .zip(phases.chunks_exact_mut(s * phase_len))
+            {
+                for (j, group) in irow.chunks(s).enumerate() {
+                    for (r, &v) in group.iter().enumerate() {
+                        prow[r * phase_len + j] = v;
+                    }
+                }
+            }
+        }
         for oy in 0..oh {
             let orow = &mut out[oy * ow..(oy + 1) * ow];
             for ky in 0..k {
@@ -297,8 +316,13 @@ impl Kernel {
                             *o += wv * i;
                         }
                     } else {
-                        for (ox, o) in orow.iter_mut().enumerate().take(hi).skip(lo) {
-                            *o += wv * irow[ox * s + kx - p];
+                        // Column `ox * s + kx - p` is `phases[r][ox + q]`.
+                        let d = kx as isize - p as isize;
+                        let (r, q) = (d.rem_euclid(s as isize), d.div_euclid(s as isize));
+                        let start = (iy * s + r as usize) * phase_len + (lo as isize + q) as usize;
+                        let src = &phases[start..start + (hi - lo)];
+                        for (o, i) in orow[lo..hi].iter_mut().zip(src) {
+                            *o += wv * i;
                         }
                     }
                 }
@@ -458,6 +482,55 @@ mod tests {
             assert_eq!(ours.dims(), theirs.dims());
             let d = (ours - theirs)?.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(d < 1e-5, "k{k} s{s} p{p} {h}x{w}: {d}");
+        }
+        Ok(())
+    }
+
+    /// Strided planes read through the row's column phases: equal bit for bit to indexing
+    /// every `s`-th input column (the same products added in the same order), for the
+    /// encoder's stride-2 downsamples and odd sizes, paddings and strides around them.
+    #[test]
+    fn strided_taps_equal_indexed_columns() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (k, s, p, h, w) in [
+            (3usize, 2usize, 1usize, 9usize, 8usize),
+            (3, 2, 1, 8, 9),
+            (3, 2, 1, 128, 128),
+            (3, 2, 0, 7, 7),
+            (3, 3, 1, 10, 11),
+            (5, 2, 2, 9, 13),
+            (3, 2, 1, 1, 1),
+            (3, 2, 1, 2, 3),
+        ] {
+            let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
+            let dw = Depthwise::new(
+                Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
+                Tensor::randn(0f32, 1.0, 1, &dev)?,
+                s,
+                p,
+            )?;
+            let kern = &dw.kernel;
+            let (oh, ow) = (kern.out_size(h), kern.out_size(w));
+            let inp = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut ours = vec![0f32; oh * ow];
+            kern.plane_taps(0, &inp, h, w, &mut ours, oh, ow);
+            let wk = &kern.weight[..k * k];
+            let mut indexed = vec![kern.bias[0]; oh * ow];
+            for oy in 0..oh {
+                for ky in 0..k {
+                    let Some(iy) = (oy * s + ky).checked_sub(p).filter(|&iy| iy < h) else {
+                        continue;
+                    };
+                    for kx in 0..k {
+                        for ox in 0..ow {
+                            if let Some(ix) = (ox * s + kx).checked_sub(p).filter(|&ix| ix < w) {
+                                indexed[oy * ow + ox] += wk[ky * k + kx] * inp[iy * w + ix];
+                            }
+                        }
+                    }
+                }
+            }
+            assert_eq!(ours, indexed, "k{k} s{s} p{p} {h}x{w}");
         }
         Ok(())
     }
