@@ -122,19 +122,24 @@ fn channel_mixer(c: &mut Criterion) {
     }
 }
 
-/// The RepViT-M1 backbone: exact f32, and with bf16 / split products from stage 2 on.
+/// The RepViT-M1 backbone: exact f32, and with bf16 / split products from stage 2 on; each
+/// with the blocks' token mixers in their own pass (the model's choice) and inside the channel
+/// mixer's pass (`fused token mixer`).
 fn repvit(c: &mut Criterion) {
     let mut g = group(c, "repvit");
     for products in [Products::F32, Products::Bf16, Products::Split] {
         if products != Products::F32 && !bf16_here() {
             continue;
         }
-        let call = ok(bs::repvit(size(), products, 2));
-        time(
-            &mut g,
-            BenchmarkId::new(format!("{products:?}"), size()),
-            &call,
-        );
+        for fused in [false, true] {
+            let call = ok(bs::repvit(size(), products, 2, fused));
+            let name = if fused {
+                format!("{products:?} fused token mixer")
+            } else {
+                format!("{products:?}")
+            };
+            time(&mut g, BenchmarkId::new(name, size()), &call);
+        }
     }
 }
 

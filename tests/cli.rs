@@ -657,14 +657,15 @@ fn bench_times_the_image_encoder_layer_by_layer() {
         "image encoder, layer by layer (1 object(s), f32, 256 input)",
         "stem.conv1",
         "stages_0.blocks.0.se",
-        "stages_0.blocks.1\n",
+        "stages_0.blocks.1.token_mixer",
+        "stages_1.downsample.pre_block.channel_mixer",
         "stages_2.downsample.spatial_downsample",
-        "stages_3.blocks.1\n",
+        "stages_3.blocks.1.channel_mixer",
         "neck (stride-16 level)",
         "conv_s0 (with its FPN lateral)",
         "per part:",
         "per kind:",
-        "dw 3x3 + mlp, one pass",
+        "mlp (1x1, gelu, 1x1, residual)",
     ] {
         assert!(out.contains(line), "no `{line}` in:\n{out}");
     }

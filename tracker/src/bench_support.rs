@@ -116,9 +116,11 @@ pub fn channel_mixer(
 }
 
 /// The RepViT-M1 backbone on random weights, its products rounded as `products` from stage
-/// `first` on, on a random `size x size` image: the last stage's features.
-pub fn repvit(size: usize, products: Products, first: usize) -> Result<Call<'static>> {
+/// `first` on, each block's token mixer inside its channel mixer's pass or not (`fused`), on a
+/// random `size x size` image: the last stage's features.
+pub fn repvit(size: usize, products: Products, first: usize, fused: bool) -> Result<Call<'static>> {
     let mut net = RepVit::new(random_var_builder(0, &Device::Cpu))?;
+    net.set_fused_token_mixer(fused);
     if let Some(r) = products.rounding() {
         net.set_rounding_from(Some(r), first);
     }

@@ -48,6 +48,11 @@ struct Downsample {
 struct Block {
     /// The checkpoint path (`stages_2.blocks.3`), for the per-layer profile.
     name: String,
+    /// Whether a block without squeeze-excite computes its token mixer inside the channel
+    /// mixer's pass (bit-identical either way). Off: the two passes one after the other
+    /// measured faster (the layer-by-layer round against OpenVINO in BENCHMARKS.md); the
+    /// criterion group `repvit` times both, for other CPUs.
+    fused_token_mixer: bool,
     token_mixer: Depthwise,
     se: Option<SqueezeExcite>,
     mlp: Mlp,
@@ -138,6 +143,7 @@ impl Block {
     fn load(vb: &VarBuilder, name: String, dim: usize, use_se: bool) -> candle_core::Result<Self> {
         Ok(Self {
             name,
+            fused_token_mixer: false,
             token_mixer: token_mixer(&vb.pp("token_mixer"), dim)?,
             se: if use_se {
                 Some(SqueezeExcite::load(&vb.pp("se"), dim)?)
@@ -149,7 +155,7 @@ impl Block {
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        if self.se.is_none() {
+        if self.fused_token_mixer && self.se.is_none() {
             // Token and channel mixer in one pass per pixel block.
             let m = &self.mlp;
             let fused = timed_if(
@@ -266,6 +272,17 @@ impl RepVit {
             }
             for b in &mut stage.blocks {
                 b.mlp.set_rounding(r);
+            }
+        }
+    }
+
+    /// Every block without squeeze-excite (downsamples' pre-blocks included) to compute its
+    /// token mixer inside the channel mixer's pass, or not (the default).
+    pub(crate) fn set_fused_token_mixer(&mut self, on: bool) {
+        for stage in &mut self.stages {
+            let pre = stage.downsample.iter_mut().map(|d| &mut d.pre_block);
+            for b in pre.chain(stage.blocks.iter_mut()) {
+                b.fused_token_mixer = on;
             }
         }
     }
