@@ -277,7 +277,9 @@ impl RepVit {
     }
 
     /// Every block without squeeze-excite (downsamples' pre-blocks included) to compute its
-    /// token mixer inside the channel mixer's pass, or not (the default).
+    /// token mixer inside the channel mixer's pass, or not (the default). For the criterion
+    /// group that times both (`bench_support`).
+    #[cfg(feature = "checks")]
     pub(crate) fn set_fused_token_mixer(&mut self, on: bool) {
         for stage in &mut self.stages {
             let pre = stage.downsample.iter_mut().map(|d| &mut d.pre_block);
