@@ -486,12 +486,32 @@ mod tests {
         Ok(())
     }
 
+    /// One random channel plane `h x w` and a random one-channel `k x k` depthwise conv with
+    /// stride `s` and padding `p`: the conv, the plane's values and the output size.
+    fn random_plane(
+        k: usize,
+        s: usize,
+        p: usize,
+        h: usize,
+        w: usize,
+    ) -> candle_core::Result<(Depthwise, Vec<f32>, (usize, usize))> {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
+        let dw = Depthwise::new(
+            Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
+            Tensor::randn(0f32, 1.0, 1, &dev)?,
+            s,
+            p,
+        )?;
+        let out = (dw.kernel.out_size(h), dw.kernel.out_size(w));
+        Ok((dw, x.flatten_all()?.to_vec1::<f32>()?, out))
+    }
+
     /// Strided planes read through the row's column phases: equal bit for bit to indexing
     /// every `s`-th input column (the same products added in the same order), for the
     /// encoder's stride-2 downsamples and odd sizes, paddings and strides around them.
     #[test]
     fn strided_taps_equal_indexed_columns() -> candle_core::Result<()> {
-        let dev = Device::Cpu;
         for (k, s, p, h, w) in [
             (3usize, 2usize, 1usize, 9usize, 8usize),
             (3, 2, 1, 8, 9),
@@ -502,16 +522,8 @@ mod tests {
             (3, 2, 1, 1, 1),
             (3, 2, 1, 2, 3),
         ] {
-            let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
-            let dw = Depthwise::new(
-                Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
-                Tensor::randn(0f32, 1.0, 1, &dev)?,
-                s,
-                p,
-            )?;
+            let (dw, inp, (oh, ow)) = random_plane(k, s, p, h, w)?;
             let kern = &dw.kernel;
-            let (oh, ow) = (kern.out_size(h), kern.out_size(w));
-            let inp = x.flatten_all()?.to_vec1::<f32>()?;
             let mut ours = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut ours, oh, ow);
             let wk = &kern.weight[..k * k];
@@ -539,7 +551,6 @@ mod tests {
     /// order), at widths around the 16-lane vectors.
     #[test]
     fn wide_kernel_equals_tap_by_tap() -> candle_core::Result<()> {
-        let dev = Device::Cpu;
         for (k, h, w) in [
             (7usize, 9usize, 7usize),
             (7, 20, 33),
@@ -549,16 +560,8 @@ mod tests {
             (7, 9, 100),
             (7, 70, 37),
         ] {
-            let x = Tensor::randn(0f32, 1.0, (1, 1, h, w), &dev)?;
-            let dw = Depthwise::new(
-                Tensor::randn(0f32, 1.0, (1, 1, k, k), &dev)?,
-                Tensor::randn(0f32, 1.0, 1, &dev)?,
-                1,
-                k / 2,
-            )?;
+            let (dw, inp, (oh, ow)) = random_plane(k, 1, k / 2, h, w)?;
             let kern = &dw.kernel;
-            let (oh, ow) = (kern.out_size(h), kern.out_size(w));
-            let inp = x.flatten_all()?.to_vec1::<f32>()?;
             let mut b = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
             // Every instruction set this CPU runs (the portable one is the plain group).
