@@ -82,6 +82,10 @@ ARM_TESTS=(--test vision_parity --test decoder_parity --test memory_parity
   --test memory_attention_parity --test sequence_parity)
 cargo build "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
   --lib --bins "${ARM_TESTS[@]}"
+# The libraries' own test harnesses (the kernel tests below), which `cargo build --lib` does
+# not make: here, so CI's lane compiles them too and the test step compiles nothing.
+cargo test "${PROFILE[@]}" --locked --target "$TARGET" "${PACKAGES[@]}" "${FEATURES[@]}" \
+  --lib --no-run
 file "$BIN_DIR/edgetam" 2>/dev/null || true
 echo "aarch64 build + clippy: $((SECONDS - start)) s"
 if [ "${AARCH64_TESTS:-all}" = build ]; then

@@ -97,6 +97,12 @@ pub fn isa() -> Result<Isa, IsaError> {
     state().requested.clone()
 }
 
+/// Whether the CPU has scalar fused multiply-add (x86 FMA3; always false elsewhere, where
+/// `f32::mul_add` is already an instruction of the target or a library call either way).
+pub(crate) fn has_scalar_fma() -> bool {
+    probed().fma
+}
+
 /// Extensions the kernels have paths for.
 #[derive(Debug, Clone, Copy, Default)]
 struct Features {

@@ -78,9 +78,14 @@ impl Kernel for GeluSlice<'_> {
     fn run<V: F32s>(self) {
         if V::ISA == Isa::Portable {
             // Without vector FMA the scalar form is the fast one (and the reference itself).
-            for x in self.0.iter_mut() {
-                *x = gelu_scalar(*x);
-            }
+            crate::kernels::threads::with_scalar_fma(
+                #[inline(always)]
+                || {
+                    for x in self.0.iter_mut() {
+                        *x = gelu_scalar(*x);
+                    }
+                },
+            );
             return;
         }
         let mut chunks = self.0.chunks_exact_mut(V::LANES);
