@@ -97,8 +97,9 @@ pub fn isa() -> Result<Isa, IsaError> {
     state().requested.clone()
 }
 
-/// Whether the CPU has scalar fused multiply-add (x86 FMA3; always false elsewhere, where
-/// `f32::mul_add` is already an instruction of the target or a library call either way).
+/// Whether the CPU has scalar fused multiply-add (x86 FMA3; elsewhere `f32::mul_add` is an
+/// instruction of the target or a library call either way, and nothing asks).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn has_scalar_fma() -> bool {
     probed().fma
 }
