@@ -214,6 +214,24 @@ if [ "${SKIP_DEBIAN13:-0}" != 1 ]; then
 fi
 ci_step_time "debian 13 (GStreamer 1.26)" $((SECONDS - t))
 
+# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
+# temporary prefix, programs built with gcc / g++, results byte-equal to the Rust library's, bad
+# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above. Its library is
+# built as users build it (`-p edgetam-capi`: the workspace's feature set would link OpenCV into
+# libedgetam); capi/Cargo.toml's feature pins leave only the tracker and the capi crate to compile.
+# It runs in the background from here, beside the ROS 2, Python, docs and fuzz steps: its memcheck
+# runs are single-threaded, and its longest (the C replay on AVX2, ~5 min) ended alone on one
+# core while the other idled when it started after the ROS 2 step, whose live tests leave a
+# core idle part of the time. Its output is printed when it ends.
+t_capi=$SECONDS
+(
+  set +e
+  CAPI_SKIP_CARGO_TEST=1 CAPI_BUILD_ARGS="--locked -p edgetam-capi --lib --example reference" \
+    bash scripts/test-capi.sh > "$logcapi" 2>&1
+  echo $? > "$logcapi.rc"
+) &
+capi_pid=$!
+
 # The ROS 2 node against a real rclpy peer (Kilted and Jazzy wheels from PyPI) in a private
 # network namespace (scripts/test-ros2.sh; the binaries built above are reused).
 t=$SECONDS
@@ -226,22 +244,6 @@ if [ -f scripts/test-ros2.sh ]; then
   ros_summary=$(grep -E '^ros2: [0-9]+ passed' "$logros" | tail -n 1 || true)
 fi
 ci_step_time "ros2" $((SECONDS - t))
-
-# The C ABI (capi/) as C and C++ programs use it (scripts/test-capi.sh): installed into a
-# temporary prefix, programs built with gcc / g++, results byte-equal to the Rust library's, bad
-# inputs, ASan and valgrind. Its unit tests ran in the workspace tests above. Its library is
-# built as users build it (`-p edgetam-capi`: the workspace's feature set would link OpenCV into
-# libedgetam); capi/Cargo.toml's feature pins leave only the tracker and the capi crate to compile.
-# It runs in the background from here, beside the fuzz, docs and Python steps: its memcheck runs
-# are single-threaded (its step time overlaps theirs). Its output is printed when it ends.
-t_capi=$SECONDS
-(
-  set +e
-  CAPI_SKIP_CARGO_TEST=1 CAPI_BUILD_ARGS="--locked -p edgetam-capi --lib --example reference" \
-    bash scripts/test-capi.sh > "$logcapi" 2>&1
-  echo $? > "$logcapi.rc"
-) &
-capi_pid=$!
 
 # The Python package (python/): its abi3 wheel built with maturin and installed into a cached
 # venv, then its pytest suite (parity with the CLI built above, bad inputs, threads, memory).
@@ -294,7 +296,7 @@ set -e
 capi_pid=""
 cat "$logcapi"
 keep "$(cat "$logcapi.rc" 2> /dev/null || echo 1)"
-ci_step_time "capi (C and C++ programs, beside fuzz, docs and python)" $((SECONDS - t_capi))
+ci_step_time "capi (C and C++ programs, beside ros2, python, docs and fuzz)" $((SECONDS - t_capi))
 
 total=$((SECONDS - run_start))
 ci_step_time "total" "$total"

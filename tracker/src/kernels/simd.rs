@@ -115,7 +115,8 @@ pub(crate) fn dispatch_at<K: Kernel>(isa: Isa, kernel: K) -> K::Output {
 
 /// Eight plain floats: the path without vector instructions (the compiler still vectorizes
 /// its loops at the target's baseline width). Unfused multiply-add: without hardware FMA a
-/// fused one is a slow library call.
+/// fused one is a slow library call. (The scalar helpers every path shares, `exp_neg` and
+/// `gelu_scalar`, stay fused: [`crate::kernels::threads::with_scalar_fma`] runs them.)
 #[derive(Clone, Copy)]
 pub(crate) struct Portable([f32; 8]);
 
