@@ -125,7 +125,7 @@ pub(crate) const TASKS_PER_WORKER: usize = 8;
 
 /// Least work per task (multiply-adds) worth a hand-out of its own: below it the second
 /// worker's wake-up costs about what the split saves.
-const MIN_TASK_MACS: usize = 1 << 21;
+pub(crate) const MIN_TASK_MACS: usize = 1 << 21;
 
 /// Units (rows, pixels) per task for an op over `units` units of `macs_per_unit` multiply-adds
 /// each: `max`, or fewer where that leaves fewer than [`TASKS_PER_WORKER`] tasks per worker,

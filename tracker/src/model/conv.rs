@@ -237,6 +237,35 @@ impl Pointwise {
             b2: &conv2.host_bias,
             scale: None,
             token_mixer: Some(token_mixer),
+            gate: None,
+            bf16,
+        };
+        Ok(Some(channel_mixer(x, x, &op)?))
+    }
+
+    /// `t + conv2(gelu(self(t)))` with `t = x * gate` (squeeze-excite's product, `gate` one
+    /// value per image and channel) formed per pixel block inside the same pass; `None` as for
+    /// [`Self::channel_mixer`].
+    pub(crate) fn channel_mixer_gated(
+        &self,
+        conv2: &Pointwise,
+        x: &Tensor,
+        gate: &[f32],
+    ) -> candle_core::Result<Option<Tensor>> {
+        let Some(bf16) = self.mixer_weights(conv2) else {
+            return Ok(None);
+        };
+        if !fused_ok(x) {
+            return Ok(None);
+        }
+        let op = ChannelMixer {
+            w1: &self.host_weight,
+            b1: &self.host_bias,
+            w2: &conv2.host_weight,
+            b2: &conv2.host_bias,
+            scale: None,
+            token_mixer: None,
+            gate: Some(gate),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -279,6 +308,7 @@ impl Pointwise {
             b2: &conv2.host_bias,
             scale,
             token_mixer: None,
+            gate: None,
             bf16,
         };
         Ok(Some(channel_mixer(x, residual, &op)?))

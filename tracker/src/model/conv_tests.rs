@@ -320,6 +320,45 @@ mod channel_mixer_fused_token_mixer {
         }
         Ok(())
     }
+
+    /// Squeeze-excite's gate applied inside the channel mixer's blocks vs the gated map first
+    /// (`broadcast_mul`, then the mixer): bit-identical (the same products), exact and with
+    /// split-bf16 products where the CPU has them, for a batch of 2 with its own gates and a
+    /// width that splits blocks mid-row; a gate of the wrong length is an error.
+    #[test]
+    fn gated_equals_gate_then_mixer() -> candle_core::Result<()> {
+        use crate::kernels::conv::pointwise_bf16::Rounding;
+        let dev = Device::Cpu;
+        for (n, c, h, w) in [
+            (1usize, 16usize, 9usize, 100usize),
+            (2, 8, 7, 20),
+            (1, 24, 5, 64),
+        ] {
+            for rounding in [None, Some(Rounding::Split)] {
+                let (mut conv1, mut conv2) = random_mlp(c, 2 * c)?;
+                if !(conv1.set_rounding(rounding) && conv2.set_rounding(rounding)) {
+                    continue;
+                }
+                let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+                let gate = candle_nn::ops::sigmoid(&Tensor::randn(0f32, 2.0, (n, c, 1, 1), &dev)?)?;
+                let want = conv1
+                    .channel_mixer(&conv2, &x.broadcast_mul(&gate)?)?
+                    .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+                let host = gate.flatten_all()?.to_vec1::<f32>()?;
+                let got = conv1
+                    .channel_mixer_gated(&conv2, &x, &host)?
+                    .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "{n}x{c}x{h}x{w} {rounding:?}"
+                );
+                assert!(conv1
+                    .channel_mixer_gated(&conv2, &x, &host[1..])
+                    .is_err());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// From `kernels/conv/dense.rs`.

@@ -42,6 +42,11 @@ pub(crate) struct ChannelMixer<'a> {
     /// MLP's input and the residual, so it never goes to memory. The op's inputs are then the
     /// block input (twice).
     pub token_mixer: Option<&'a super::depthwise::Depthwise>,
+    /// Squeeze-excite's gate, one value per (image, channel): the MLP's input and residual are
+    /// `x * gate`, formed per pixel block (the same products as multiplying the whole map
+    /// first), so the gated map never goes to memory. The op's inputs are then the block input
+    /// (twice). Not with a token mixer.
+    pub gate: Option<&'a [f32]>,
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
@@ -65,7 +70,7 @@ struct Scratch {
     h: PackedB,
     /// `conv2`'s output block (before the scale, when there is one).
     y: Vec<f32>,
-    /// The token mixer's output block `c x COLS` (only with a token mixer).
+    /// The token mixer's or the gate's output block `c x COLS` (only with either).
     t: Vec<f32>,
     /// bf16 pairs of a product's input block (only in the bf16 mode).
     pairs: BlockScratch,
@@ -180,6 +185,20 @@ impl CustomOp2 for ChannelMixer<'_> {
                 "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
             );
         }
+        if let Some(g) = self.gate {
+            if g.len() != n * c || co != c || self.token_mixer.is_some() {
+                candle_core::bail!(
+                    "channel mixer: a gate of {} values for {n} image(s) of {c} channels \
+                     ({co} outputs{})",
+                    g.len(),
+                    if self.token_mixer.is_some() {
+                        ", with a token mixer"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
         let x = f32_slice(storage, layout, "conv MLP input")?;
         let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
         let hw = height * width;
@@ -216,7 +235,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                 y: vec![0f32; co * COLS],
                 t: vec![
                     0f32;
-                    if self.token_mixer.is_some() {
+                    if self.token_mixer.is_some() || self.gate.is_some() {
                         c * COLS
                     } else {
                         0
@@ -234,8 +253,20 @@ impl CustomOp2 for ChannelMixer<'_> {
                     let w = cols.min(hw - j0);
                     let img = &x[b * c * hw..(b + 1) * c * hw];
                     // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
-                    let (res, ld, r0) = match self.token_mixer {
-                        Some(dw) => {
+                    let (res, ld, r0) = match (self.token_mixer, self.gate) {
+                        (None, Some(gate)) => {
+                            let t = &mut s.t[..c * w];
+                            let gate = &gate[b * c..(b + 1) * c];
+                            for ((row, &g), plane) in
+                                t.chunks_exact_mut(w).zip(gate).zip(img.chunks_exact(hw))
+                            {
+                                for (v, &x) in row.iter_mut().zip(&plane[j0..j0 + w]) {
+                                    *v = x * g;
+                                }
+                            }
+                            (&s.t[..c * w], w, 0)
+                        }
+                        (Some(dw), _) => {
                             let t = &mut s.t[..c * w];
                             // Row segments of the flattened pixel range `j0 .. j0 + w`.
                             let mut j = j0;
@@ -255,9 +286,9 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        None => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
+                        (None, None) => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
                     };
-                    let src = if self.token_mixer.is_some() {
+                    let src = if self.token_mixer.is_some() || self.gate.is_some() {
                         res
                     } else {
                         &img[j0..]

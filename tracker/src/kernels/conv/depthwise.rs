@@ -9,11 +9,12 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
 use crate::kernels::cpu::Isa;
 use crate::kernels::f32_slice;
-use crate::kernels::simd::{self, dispatch, F32s};
 
-/// 16-output vectors per group of [`Kernel::plane_wide`]: 4 independent sums cover the adds'
-/// latency (one at a time, the 7x7's 49 dependent adds per vector bound it).
-const WIDE_VECTORS: usize = 4;
+/// Outputs per task worth a hand-out of their own (with `MIN_TASK_MACS`'s wake-up cost): a
+/// depthwise output costs a few loads and `k * k` multiply-adds, bound by memory rather than
+/// arithmetic.
+const PLANE_VALUES_PER_TASK: usize = 1 << 14;
+use crate::kernels::simd::{self, dispatch, F32s};
 
 /// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
 /// kernel benchmarks in `benches/`).
@@ -154,8 +155,9 @@ impl Kernel {
         (n + 2 * self.padding).saturating_sub(self.k) / self.stride + 1
     }
 
-    /// [`Self::plane`] in the vectors of the instruction set in effect. Only the vector width
-    /// changes (no FMA contraction), so results are bit-identical on every path.
+    /// [`Self::plane`] in the vectors of the instruction set in effect (`pad`: the worker's
+    /// scratch for the padded plane). Only the vector width changes (no FMA contraction), so
+    /// results are bit-identical on every path.
     #[allow(clippy::too_many_arguments)]
     fn plane_dispatch(
         &self,
@@ -166,6 +168,7 @@ impl Kernel {
         out: &mut [f32],
         oh: usize,
         ow: usize,
+        pad: &mut Vec<f32>,
     ) {
         dispatch(Plane {
             kernel: self,
@@ -174,11 +177,13 @@ impl Kernel {
             hw: (h, w),
             out,
             ohw: (oh, ow),
+            pad,
         });
     }
 
-    /// One channel plane: the memory fuser's 7x7 (stride 1) in one pass per output vector
-    /// ([`Self::plane_wide`]), everything else tap by tap.
+    /// One channel plane: stride-1 "same" convolutions (RepViT's 3x3 token mixers, the memory
+    /// fuser's 7x7) in register tiles over a zero-padded copy of the plane
+    /// ([`Self::plane_padded`]), everything else tap by tap.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn plane<V: F32s>(
@@ -190,63 +195,84 @@ impl Kernel {
         out: &mut [f32],
         oh: usize,
         ow: usize,
+        pad: &mut Vec<f32>,
     ) {
-        if self.stride == 1 && self.k >= 5 && 2 * self.padding + 1 == self.k {
-            self.plane_wide::<V>(c, inp, h, w, out, oh, ow);
+        if self.stride == 1 && 2 * self.padding + 1 == self.k {
+            // Vectors per row segment: as many as the row fills, up to 4; rows per tile so that
+            // the tile holds 8 vectors of sums (independent chains of adds: one chain per
+            // vector, 9 dependent adds for a 3x3, would leave the adders waiting).
+            let vectors = ow.div_ceil(V::LANES).next_power_of_two();
+            match vectors {
+                0 | 1 => self.plane_padded::<V, 8, 1>(c, inp, h, w, out, pad),
+                2 => self.plane_padded::<V, 4, 2>(c, inp, h, w, out, pad),
+                _ => self.plane_padded::<V, 2, 4>(c, inp, h, w, out, pad),
+            }
         } else {
             self.plane_taps(c, inp, h, w, out, oh, ow);
         }
     }
 
-    /// Stride 1, "same" padding, large kernels: [`WIDE_VECTORS`] x 16 outputs of a row at a
-    /// time accumulate all `k * k` taps in registers (independent sums, so the adds overlap),
-    /// reading zero-padded copies of the `k` input rows, kept in a ring (one row copied per
-    /// output row). The tap-by-tap form makes `k * k` passes over every output row with
-    /// per-tap bookkeeping: for the 7x7 on 64-wide rows that bookkeeping was most of the time.
-    /// Per output the sum runs in the same order (bias, then taps row by row, each product
-    /// rounded before its add); a padding tap adds `w * 0`, so the values are equal to the
-    /// tap-by-tap form's.
+    /// Stride 1, "same" padding: the plane copied once into `pad` with its zero border (`p` rows
+    /// above and below, `p` columns left, zeros right to whole row segments), then tiles of `R`
+    /// output rows x `NV` vectors accumulate all `k * k` taps in registers. The tap-by-tap form
+    /// makes `k * k` passes over every output row with per-tap bookkeeping: for the 7x7 on
+    /// 64-wide rows that bookkeeping was most of the time, and on the 3x3's short rows each
+    /// tap's run (14-16 values) fell to scalar code. Per output the sum runs in the same order
+    /// (bias, then taps row by row, each product rounded before its add); a padding tap adds
+    /// `w * 0`, so the values are equal to the tap-by-tap form's.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn plane_wide<V: F32s>(
+    fn plane_padded<V: F32s, const R: usize, const NV: usize>(
         &self,
         c: usize,
         inp: &[f32],
         h: usize,
         w: usize,
         out: &mut [f32],
-        oh: usize,
-        ow: usize,
+        pad: &mut Vec<f32>,
     ) {
-        const L: usize = 16;
-        const G: usize = WIDE_VECTORS;
         let (k, p) = (self.k, self.padding);
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         let b = self.bias[c];
-        // Input row `iy` padded (`p` zeros, the row, zeros to whole groups of vectors) in slot
-        // `(iy + p) % k`.
-        let len = ow.div_ceil(L * G) * L * G + k;
-        let mut pad = vec![0f32; k * len];
-        let load = |pad: &mut [f32], shifted: usize| {
-            let row = &mut pad[(shifted % k) * len..][..len];
-            match shifted.checked_sub(p).filter(|&iy| iy < h) {
-                Some(iy) => row[p..p + w].copy_from_slice(&inp[iy * w..(iy + 1) * w]),
-                None => row.fill(0.0),
-            }
-        };
-        for shifted in 0..k.saturating_sub(1) {
-            load(&mut pad, shifted);
+        // A "same" convolution: the output is `h x w`.
+        let (oh, ow) = (h, w);
+        let seg = NV * V::LANES;
+        let len = ow.div_ceil(seg) * seg + k - 1;
+        let rows = h + 2 * p;
+        pad.resize(rows * len, 0.0);
+        let pad = &mut pad[..rows * len];
+        pad[..p * len].fill(0.0);
+        pad[(h + p) * len..].fill(0.0);
+        for (prow, irow) in pad[p * len..(h + p) * len]
+            .chunks_exact_mut(len)
+            .zip(inp.chunks_exact(w))
+        {
+            prow[..p].fill(0.0);
+            prow[p..p + w].copy_from_slice(irow);
+            prow[p + w..].fill(0.0);
         }
-        for oy in 0..oh {
-            load(&mut pad, oy + k - 1);
-            let orow = &mut out[oy * ow..(oy + 1) * ow];
-            for x0 in (0..ow).step_by(L * G) {
-                let mut acc = [[b; L]; G];
-                // SAFETY: `dispatch` runs this where `V`'s instruction set is present.
-                unsafe { register_group::<V>(&mut acc, &pad, len, (oy, x0), wk, k) };
-                let n = (ow - x0).min(L * G);
-                for (o, a) in orow[x0..x0 + n].chunks_mut(L).zip(&acc) {
-                    o.copy_from_slice(&a[..o.len()]);
+        let tile = Tile {
+            pad,
+            len,
+            wk,
+            k,
+            bias: b,
+        };
+        for x0 in (0..ow).step_by(seg) {
+            let n = seg.min(ow - x0);
+            let mut oy = 0;
+            while oy < oh {
+                if oh - oy >= R {
+                    // SAFETY: rows `oy .. oy + R + k - 1` and columns `x0 .. x0 + seg + k - 1`
+                    // lie inside `pad` (`rows = oh + k - 1`, `len >= x0 + seg + k - 1`), the
+                    // outputs inside `out`; `dispatch` runs this where `V`'s instruction set is
+                    // present.
+                    unsafe { tile.run::<V, R, NV>((oy, x0), n, out, ow) };
+                    oy += R;
+                } else {
+                    // SAFETY: as above, one row.
+                    unsafe { tile.run::<V, 1, NV>((oy, x0), n, out, ow) };
+                    oy += 1;
                 }
             }
         }
@@ -351,40 +377,30 @@ impl CustomOp1 for Kernel {
         let data = f32_slice(storage, layout, "depthwise conv input")?;
         let (oh, ow) = (self.out_size(h), self.out_size(w));
         let planes = n * c;
-        // One plane per task, handed out dynamically (the machine is shared); each plane is
-        // zeroed by its worker right before the kernel writes it (in cache: one pass over
-        // the output instead of a separate zeroing pass).
+        // Whole planes per task, handed out dynamically (the machine is shared); each task's
+        // planes are zeroed by its worker right before the kernel writes them (in cache: one
+        // pass over the output instead of a separate zeroing pass). A task's worth: about
+        // [`PLANE_VALUES_PER_TASK`] outputs (the 512 input's last stage has 384 planes of 256).
         let plane_len = oh * ow;
-        let out = crate::kernels::output_in_chunks(planes * plane_len, plane_len, |plane, o| {
-            let inp = &data[plane * h * w..(plane + 1) * h * w];
-            self.plane_dispatch(plane % c, inp, h, w, o, oh, ow);
-        });
-        Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
-    }
-}
-
-/// One group of [`WIDE_VECTORS`] x 16 outputs of output row `oy` from column `x0`: `acc`
-/// (filled with the bias) accumulates every tap in order from the padded row ring `pad` (`k`
-/// rows of `len`, slot `(oy + ky) % k` for kernel row `ky`).
-#[inline(always)]
-fn narrow_group(
-    acc: &mut [[f32; 16]; WIDE_VECTORS],
-    pad: &[f32],
-    len: usize,
-    (oy, x0): (usize, usize),
-    wk: &[f32],
-    k: usize,
-) {
-    for (ky, wrow) in wk.chunks_exact(k).enumerate() {
-        let row = &pad[((oy + ky) % k) * len..][..len];
-        for (kx, &wv) in wrow.iter().enumerate() {
-            for (v, a) in acc.iter_mut().enumerate() {
-                let src = &row[x0 + kx + v * 16..][..16];
-                for (a, &x) in a.iter_mut().zip(src) {
-                    *a += wv * x;
+        let per_task = crate::kernels::units_per_task(
+            planes,
+            planes,
+            1,
+            plane_len.max(1) * crate::kernels::threads::MIN_TASK_MACS / PLANE_VALUES_PER_TASK,
+        );
+        let out = crate::kernels::output_in_chunks_with(
+            planes * plane_len,
+            per_task * plane_len,
+            Vec::new,
+            |pad, task, o| {
+                for (i, o) in o.chunks_exact_mut(plane_len.max(1)).enumerate() {
+                    let plane = task * per_task + i;
+                    let inp = &data[plane * h * w..(plane + 1) * h * w];
+                    self.plane_dispatch(plane % c, inp, h, w, o, oh, ow, pad);
                 }
-            }
-        }
+            },
+        );
+        Ok((CpuStorage::F32(out), Shape::from((n, c, oh, ow))))
     }
 }
 
@@ -396,6 +412,7 @@ struct Plane<'a> {
     hw: (usize, usize),
     out: &'a mut [f32],
     ohw: (usize, usize),
+    pad: &'a mut Vec<f32>,
 }
 
 impl simd::Kernel for Plane<'_> {
@@ -405,52 +422,84 @@ impl simd::Kernel for Plane<'_> {
     fn run<V: F32s>(self) {
         let ((h, w), (oh, ow)) = (self.hw, self.ohw);
         self.kernel
-            .plane::<V>(self.c, self.inp, h, w, self.out, oh, ow);
+            .plane::<V>(self.c, self.inp, h, w, self.out, oh, ow, self.pad);
     }
 }
 
-/// [`narrow_group`] with the group's 64 sums in registers (4 zmm, 8 ymm, 16 q): the same
-/// multiplies and adds (not fused), so the same bits. The portable path is `narrow_group`.
-///
-/// # Safety
-/// `V`'s instruction set is present.
-#[inline(always)]
-unsafe fn register_group<V: F32s>(
-    acc: &mut [[f32; 16]; WIDE_VECTORS],
-    pad: &[f32],
+/// The padded plane and one channel's filter, for the register tiles of
+/// [`Kernel::plane_padded`].
+struct Tile<'a> {
+    pad: &'a [f32],
+    /// Row stride of `pad`.
     len: usize,
-    (oy, x0): (usize, usize),
-    wk: &[f32],
+    wk: &'a [f32],
     k: usize,
-) {
-    const N: usize = 16 * WIDE_VECTORS;
-    if V::ISA == Isa::Portable || pad.len() < k * len || x0 + k + N > len + 1 {
-        // Not the ring `plane_wide` builds (or no vectors): the checked form.
-        narrow_group(acc, pad, len, (oy, x0), wk, k);
-        return;
-    }
-    let per = V::LANES;
-    let flat = acc.as_flattened_mut();
-    // SAFETY: `flat` holds N floats, N a multiple of every LANES; the ring rows are checked
-    // above: `x0 + kx + N <= x0 + k - 1 + N <= len` for every tap `kx < k`; the ISA is the
-    // caller's.
-    unsafe {
-        let mut r = [V::zero(); 16];
-        for (v, rv) in r.iter_mut().enumerate().take(N / per) {
-            *rv = V::load(flat.as_ptr().add(v * per));
-        }
-        for (ky, wrow) in wk.chunks_exact(k).enumerate() {
-            let row = pad.as_ptr().add(((oy + ky) % k) * len + x0);
-            for (kx, &wv) in wrow.iter().enumerate() {
-                let wv = V::splat(wv);
-                for (v, a) in r.iter_mut().enumerate().take(N / per) {
-                    let x = V::load(row.add(kx + per * v));
-                    *a = a.add(wv.mul(x));
+    bias: f32,
+}
+
+impl Tile<'_> {
+    /// Output rows `oy .. oy + R`, columns `x0 .. x0 + n` (`n <= NV * LANES`): `R x NV` vectors
+    /// of sums in registers, each starting at the bias and adding every tap in row-major order
+    /// (multiply, then add: not fused, the same bits on every path). The portable path runs the
+    /// same sums one value at a time.
+    ///
+    /// # Safety
+    /// Rows `oy .. oy + R + k - 1` of `pad` hold at least `x0 + NV * LANES + k - 1` values;
+    /// `out` (row stride `ow`) holds rows `oy .. oy + R`; `V`'s instruction set is present.
+    #[inline(always)]
+    unsafe fn run<V: F32s, const R: usize, const NV: usize>(
+        &self,
+        (oy, x0): (usize, usize),
+        n: usize,
+        out: &mut [f32],
+        ow: usize,
+    ) {
+        let (k, len) = (self.k, self.len);
+        if V::ISA == Isa::Portable {
+            for r in 0..R {
+                let orow = &mut out[(oy + r) * ow + x0..][..n];
+                for (j, o) in orow.iter_mut().enumerate() {
+                    let mut acc = self.bias;
+                    for (ky, wrow) in self.wk.chunks_exact(k).enumerate() {
+                        let row = &self.pad[(oy + r + ky) * len + x0 + j..][..k];
+                        for (&wv, &x) in wrow.iter().zip(row) {
+                            acc += wv * x;
+                        }
+                    }
+                    *o = acc;
                 }
             }
+            return;
         }
-        for (v, rv) in r.iter().enumerate().take(N / per) {
-            rv.store(flat.as_mut_ptr().add(v * per));
+        // SAFETY: per the caller's bounds; the sums live in `acc`, `R x NV` vectors.
+        unsafe {
+            let mut acc = [[V::splat(self.bias); NV]; R];
+            let base = self.pad.as_ptr().add(oy * len + x0);
+            for (ky, wrow) in self.wk.chunks_exact(k).enumerate() {
+                for (kx, &wv) in wrow.iter().enumerate() {
+                    let wv = V::splat(wv);
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let src = base.add((r + ky) * len + kx);
+                        for (v, a) in row.iter_mut().enumerate() {
+                            *a = a.add(wv.mul(V::load(src.add(v * V::LANES))));
+                        }
+                    }
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                let dst = out.as_mut_ptr().add((oy + r) * ow + x0);
+                for (v, a) in row.iter().enumerate() {
+                    let at = v * V::LANES;
+                    if at >= n {
+                        break;
+                    }
+                    if n - at >= V::LANES {
+                        a.store(dst.add(at));
+                    } else {
+                        a.store_partial(dst.add(at), n - at);
+                    }
+                }
+            }
         }
     }
 }
@@ -547,12 +596,22 @@ mod tests {
         Ok(())
     }
 
-    /// The one-pass wide-kernel planes against the tap-by-tap form: equal values (same sum
-    /// order), at widths around the 16-lane vectors.
+    /// The one-pass planes against the tap-by-tap form: equal values (same sum order), at
+    /// widths around the 16-lane vectors and each group size (1, 2 and 4 vectors): the 7x7 and
+    /// RepViT's 3x3 at its rows of 16 to 128.
     #[test]
     fn wide_kernel_equals_tap_by_tap() -> candle_core::Result<()> {
         for (k, h, w) in [
-            (7usize, 9usize, 7usize),
+            (3usize, 16usize, 16usize),
+            (3, 32, 32),
+            (3, 64, 64),
+            (3, 128, 128),
+            (3, 5, 17),
+            (3, 9, 33),
+            (3, 7, 48),
+            (3, 1, 1),
+            (3, 2, 3),
+            (7, 9, 7),
             (7, 20, 33),
             (5, 4, 16),
             (7, 3, 2),
@@ -576,6 +635,7 @@ mod tests {
                         hw: (h, w),
                         out: &mut a,
                         ohw: (oh, ow),
+                        pad: &mut Vec::new(),
                     },
                 );
                 assert_eq!(a, b, "k {k}, {h}x{w}, {isa}");

@@ -96,6 +96,19 @@ impl Mlp {
         }
         self.conv2.forward_add(&self.conv1.forward_gelu(x)?, x)
     }
+
+    /// [`Self::forward_residual`] of `x * gate` (`gate` `[n, c, 1, 1]`, squeeze-excite's):
+    /// on the CPU the product is formed per pixel block inside the mixer's pass (the same
+    /// products), so the gated map is never written out and read back.
+    fn forward_residual_gated(&self, x: &Tensor, gate: &Tensor) -> candle_core::Result<Tensor> {
+        if gate.device().is_cpu() && gate.dtype() == DType::F32 {
+            let host = gate.flatten_all()?.to_vec1::<f32>()?;
+            if let Some(y) = self.conv1.channel_mixer_gated(&self.conv2, x, &host)? {
+                return Ok(y);
+            }
+        }
+        self.forward_residual(&x.broadcast_mul(gate)?)
+    }
 }
 
 impl SqueezeExcite {
@@ -107,12 +120,13 @@ impl SqueezeExcite {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+    /// The per-channel gate `[n, c, 1, 1]` (the module's output is `x * gate`, which the
+    /// block forms inside its channel mixer's pass).
+    fn gate(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (n, c, h, w) = x.dims4()?;
         let pooled = x.reshape((n, c, h * w))?.mean_keepdim(2)?.unsqueeze(3)?;
         let s = self.fc1.forward(&pooled)?.relu()?;
-        let gate = candle_nn::ops::sigmoid(&self.fc2.forward(&s)?)?;
-        x.broadcast_mul(&gate)
+        candle_nn::ops::sigmoid(&self.fc2.forward(&s)?)
     }
 }
 
@@ -169,19 +183,26 @@ impl Block {
             }
         }
         let name = |part: &str| format!("{}.{part}", self.name);
-        let mut x = timed(
+        let x = timed(
             || name("token_mixer"),
             "dw 3x3",
             || self.token_mixer.forward(x),
         )?;
-        if let Some(se) = &self.se {
-            x = timed(|| name("se"), "squeeze-excite", || se.forward(&x))?;
+        match &self.se {
+            Some(se) => {
+                let gate = timed(|| name("se"), "squeeze-excite gate", || se.gate(&x))?;
+                timed(
+                    || name("channel_mixer"),
+                    "gate + mlp (1x1, gelu, 1x1, residual)",
+                    || self.mlp.forward_residual_gated(&x, &gate),
+                )
+            }
+            None => timed(
+                || name("channel_mixer"),
+                "mlp (1x1, gelu, 1x1, residual)",
+                || self.mlp.forward_residual(&x),
+            ),
         }
-        timed(
-            || name("channel_mixer"),
-            "mlp (1x1, gelu, 1x1, residual)",
-            || self.mlp.forward_residual(&x),
-        )
     }
 }
 
