@@ -28,6 +28,9 @@ const KC: usize = 256;
 /// Panels swept per row block: `KC x NR x 8` floats (256 KiB) of `B` stay in L2 while every row
 /// block of `A` passes over them.
 const PANELS_PER_GROUP: usize = 8;
+/// Rows per block of a [`PackedA`]: a multiple of every instruction set's tile rows (12 on
+/// AVX-512, 6 on AVX2, NEON and the portable path), so that a tile never straddles two blocks.
+const A_BLOCK: usize = 12;
 /// Columns of a row-major `B` packed per task by [`gemm_rows`].
 #[cfg(test)]
 const NC: usize = NR * PANELS_PER_GROUP;
@@ -173,6 +176,43 @@ impl PackedB {
     }
 }
 
+/// A left-hand side `A` (`m x k`, a weight) packed once in blocks of [`A_BLOCK`] rows, each
+/// block stored column by column (`k` runs of `A_BLOCK` values, zero past `m`): a register
+/// tile's broadcasts for one step of `k` read one short contiguous run instead of one value
+/// from each of its rows (`k` floats apart), so its operand is one stream the prefetcher
+/// follows and a few cache lines instead of a dozen.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackedA {
+    data: Aligned<f32>,
+    m: usize,
+    k: usize,
+}
+
+impl PackedA {
+    /// Packs a row-major `m x k` matrix `a` (row stride `lda`).
+    pub(crate) fn from_rows(a: &[f32], m: usize, k: usize, lda: usize) -> Self {
+        let mut data = Aligned::zeroed(m.div_ceil(A_BLOCK) * A_BLOCK * k);
+        let out = data.as_mut_slice();
+        for (r, row) in a.chunks(lda).take(m).enumerate() {
+            let block = &mut out[(r / A_BLOCK) * A_BLOCK * k..][..A_BLOCK * k];
+            for (kk, &v) in row[..k].iter().enumerate() {
+                block[kk * A_BLOCK + r % A_BLOCK] = v;
+            }
+        }
+        Self { data, m, k }
+    }
+
+    /// Rows.
+    pub(crate) fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Columns (the inner dimension).
+    pub(crate) fn k(&self) -> usize {
+        self.k
+    }
+}
+
 /// `C[m x n] (+)= A[m x k] * B[k x n]` for rows `k_range` of `B` (so `A`'s columns are
 /// `0..k_range.len()`) and columns `n_range` of `B` (`C`'s columns `0..n_range.len()`).
 /// `n_range.start` must be a multiple of [`NR`]. `A` is row-major with stride `lda`, `C` with
@@ -249,8 +289,39 @@ pub(crate) unsafe fn packed_unchecked(
 ) {
     let product = Product {
         m,
-        a,
+        a: a.as_ptr(),
         lda,
+        packed_a: false,
+        b,
+        k_range,
+        n_range,
+        c,
+        ldc,
+        accumulate,
+    };
+    crate::kernels::simd::dispatch_at(product_isa(), product)
+}
+
+/// [`packed_unchecked`] with `A` packed ([`PackedA`], all of its rows and columns): the same
+/// sums in the same order, so the same bits.
+///
+/// # Safety
+/// `k_range.len()` is `a.k()`; otherwise as [`packed_unchecked`] with `m = a.m()`.
+pub(crate) unsafe fn packed_a_unchecked(
+    a: &PackedA,
+    b: &PackedB,
+    k_range: std::ops::Range<usize>,
+    n_range: std::ops::Range<usize>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    debug_assert_eq!(k_range.len(), a.k);
+    let product = Product {
+        m: a.m,
+        a: a.data.as_slice().as_ptr(),
+        lda: a.k,
+        packed_a: true,
         b,
         k_range,
         n_range,
@@ -284,8 +355,10 @@ fn product_isa() -> crate::kernels::cpu::Isa {
 /// One product's operands, as the [`Kernel`] every instruction set runs.
 struct Product<'a> {
     m: usize,
-    a: &'a [f32],
+    /// Row-major (row stride `lda`), or a [`PackedA`]'s blocks (`packed_a`, `lda` its `k`).
+    a: *const f32,
     lda: usize,
+    packed_a: bool,
     b: &'a PackedB,
     k_range: std::ops::Range<usize>,
     n_range: std::ops::Range<usize>,
@@ -324,10 +397,11 @@ impl Kernel for Product<'_> {
         // SAFETY: the caller of `packed_unchecked` bounds the operands; `dispatch` runs this
         // where the CPU has `V`'s instruction set.
         unsafe {
-            if shape.vectors == 2 {
-                product::<V, 2>(&self, shape.rows)
-            } else {
-                product::<V, 4>(&self, shape.rows)
+            match (shape.vectors == 2, self.packed_a) {
+                (true, false) => product::<V, 2, false>(&self, shape.rows),
+                (true, true) => product::<V, 2, true>(&self, shape.rows),
+                (false, false) => product::<V, 4, false>(&self, shape.rows),
+                (false, true) => product::<V, 4, true>(&self, shape.rows),
             }
         }
     }
@@ -335,16 +409,17 @@ impl Kernel for Product<'_> {
 
 /// The blocked loops around the tile: `KC` blocks of the inner dimension, groups of
 /// [`PANELS_PER_GROUP`] panels, row blocks of `mr` rows, and `NR / (NV * LANES)` tiles per panel.
+/// `PA`: `A` is a [`PackedA`].
 ///
 /// # Safety
 /// As [`packed_unchecked`]; `V`'s instruction set is present.
 #[inline(always)]
-unsafe fn product<V: F32s, const NV: usize>(p: &Product, mr: usize) {
+unsafe fn product<V: F32s, const NV: usize, const PA: bool>(p: &Product, mr: usize) {
     let cols = NV * V::LANES;
     let k = p.k_range.len();
     let n = p.n_range.len();
     let p0 = p.n_range.start / NR;
-    let a = p.a.as_ptr();
+    let a = p.a;
     let panels = n.div_ceil(NR);
     for kb in (0..k).step_by(KC) {
         let kc = KC.min(k - kb);
@@ -363,11 +438,17 @@ unsafe fn product<V: F32s, const NV: usize>(p: &Product, mr: usize) {
                             p.b.data()
                                 .as_ptr()
                                 .add(((p0 + pi) * p.b.k + p.k_range.start + kb) * NR);
-                        let ap = a.add(r * p.lda + kb);
+                        // A packed: block `r / A_BLOCK`, its column `kb`, row `r % A_BLOCK`
+                        // (`mr` divides A_BLOCK, so the tile's rows lie in that block).
+                        let ap = if PA {
+                            a.add((r / A_BLOCK) * A_BLOCK * p.lda + kb * A_BLOCK + r % A_BLOCK)
+                        } else {
+                            a.add(r * p.lda + kb)
+                        };
                         for t in (0..w).step_by(cols) {
                             let cp = p.c.add(r * p.ldc + j0 + t);
                             let tw = cols.min(w - t);
-                            rows_tile::<V, NV>(
+                            rows_tile::<V, NV, PA>(
                                 rows,
                                 Tile {
                                     kc,
@@ -389,7 +470,9 @@ unsafe fn product<V: F32s, const NV: usize>(p: &Product, mr: usize) {
     }
 }
 
-/// One tile's operands: `C[R x w] (+)= A[R x kc] * panel[kc x w]` (panel rows [`NR`] apart).
+/// One tile's operands: `C[R x w] (+)= A[R x kc] * panel[kc x w]` (panel rows [`NR`] apart;
+/// `A` row-major with stride `lda`, or inside a [`PackedA`] block: column `kk` at `kk *
+/// A_BLOCK`).
 #[derive(Clone, Copy)]
 struct Tile {
     kc: usize,
@@ -408,22 +491,22 @@ struct Tile {
 /// # Safety
 /// As [`tile`].
 #[inline(always)]
-unsafe fn rows_tile<V: F32s, const NV: usize>(rows: usize, t: Tile) {
+unsafe fn rows_tile<V: F32s, const NV: usize, const PA: bool>(rows: usize, t: Tile) {
     // SAFETY: as the caller guarantees.
     unsafe {
         match rows {
-            12 => tile::<V, 12, NV>(t),
-            11 => tile::<V, 11, NV>(t),
-            10 => tile::<V, 10, NV>(t),
-            9 => tile::<V, 9, NV>(t),
-            8 => tile::<V, 8, NV>(t),
-            7 => tile::<V, 7, NV>(t),
-            6 => tile::<V, 6, NV>(t),
-            5 => tile::<V, 5, NV>(t),
-            4 => tile::<V, 4, NV>(t),
-            3 => tile::<V, 3, NV>(t),
-            2 => tile::<V, 2, NV>(t),
-            _ => tile::<V, 1, NV>(t),
+            12 => tile::<V, 12, NV, PA>(t),
+            11 => tile::<V, 11, NV, PA>(t),
+            10 => tile::<V, 10, NV, PA>(t),
+            9 => tile::<V, 9, NV, PA>(t),
+            8 => tile::<V, 8, NV, PA>(t),
+            7 => tile::<V, 7, NV, PA>(t),
+            6 => tile::<V, 6, NV, PA>(t),
+            5 => tile::<V, 5, NV, PA>(t),
+            4 => tile::<V, 4, NV, PA>(t),
+            3 => tile::<V, 3, NV, PA>(t),
+            2 => tile::<V, 2, NV, PA>(t),
+            _ => tile::<V, 1, NV, PA>(t),
         }
     }
 }
@@ -436,23 +519,31 @@ unsafe fn rows_tile<V: F32s, const NV: usize>(rows: usize, t: Tile) {
 /// `c` `R x w` writable floats (stride `ldc`), `w <= NV * LANES`; `V`'s instruction set is
 /// present.
 #[inline(always)]
-unsafe fn tile<V: F32s, const R: usize, const NV: usize>(t: Tile) {
+unsafe fn tile<V: F32s, const R: usize, const NV: usize, const PA: bool>(t: Tile) {
     // SAFETY: every pointer below stays inside the ranges the caller guarantees.
     unsafe {
         let mut acc = [[V::zero(); NV]; R];
         let mut bp = t.panel;
+        let mut ap = t.a;
         for kk in 0..t.kc {
             let mut b = [V::zero(); NV];
             for (v, bv) in b.iter_mut().enumerate() {
                 *bv = V::load(bp.add(v * V::LANES));
             }
             for (i, row) in acc.iter_mut().enumerate() {
-                let x = V::splat(*t.a.add(i * t.lda + kk));
+                let x = V::splat(if PA {
+                    *ap.add(i)
+                } else {
+                    *t.a.add(i * t.lda + kk)
+                });
                 for (cv, bv) in row.iter_mut().zip(b) {
                     *cv = x.mul_add(bv, *cv);
                 }
             }
             bp = bp.add(NR);
+            if PA {
+                ap = ap.add(A_BLOCK);
+            }
         }
         for (i, row) in acc.iter().enumerate() {
             let cp = t.c.add(i * t.ldc);
@@ -683,6 +774,66 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// `A` packed in row blocks against `A` read in place: the same bits on every instruction
+    /// set this CPU runs (the same sums in the same order), with row counts that leave a
+    /// partial block and a partial tile, `k` past one `KC` block, and a column sub-range.
+    #[test]
+    fn packed_a_equals_rows_bit_for_bit() {
+        for &(m, n, k) in &[
+            (384, 64, 192),
+            (13, 70, 300),
+            (25, 33, 40),
+            (1, 5, 3),
+            (7, 96, 513),
+        ] {
+            let a = data(m * k, 11);
+            let b = data(k * n, 12);
+            let packed_b = PackedB::from_rows(&b, k, n, n);
+            let packed_a = PackedA::from_rows(&a, m, k, k);
+            assert_eq!((packed_a.m(), packed_a.k()), (m, k));
+            let cols = if n > NR { NR..n } else { 0..n };
+            for isa in crate::kernels::cpu::available_isas() {
+                PRODUCT_ISA.with(|at| at.set(Some(isa)));
+                for accumulate in [false, true] {
+                    let mut want = vec![0.25f32; m * cols.len()];
+                    let mut got = want.clone();
+                    let ldc = cols.len();
+                    // SAFETY: `want` and `got` are `m x cols.len()`, `a` `m x k`, both ranges
+                    // inside `B`.
+                    unsafe {
+                        packed_unchecked(
+                            m,
+                            &a,
+                            k,
+                            &packed_b,
+                            0..k,
+                            cols.clone(),
+                            want.as_mut_ptr(),
+                            ldc,
+                            accumulate,
+                        );
+                        packed_a_unchecked(
+                            &packed_a,
+                            &packed_b,
+                            0..k,
+                            cols.clone(),
+                            got.as_mut_ptr(),
+                            ldc,
+                            accumulate,
+                        );
+                    }
+                    assert!(
+                        want.iter()
+                            .zip(&got)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{isa} {m}x{n}x{k} accumulate {accumulate}"
+                    );
+                }
+                PRODUCT_ISA.with(|at| at.set(None));
             }
         }
     }

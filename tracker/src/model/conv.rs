@@ -14,6 +14,7 @@ use crate::kernels::conv::pointwise::{
 };
 use crate::kernels::conv::pointwise_bf16::{PackedWeight, Rounding};
 use crate::kernels::gelu::gelu;
+use crate::kernels::gemm::PackedA;
 use crate::kernels::norm::HostNorm;
 
 /// BatchNorm eps of every RepViT `ConvNorm` (torch's default).
@@ -57,6 +58,9 @@ pub(crate) struct Pointwise {
     /// Host copies for the CPU op: `[out, in]` row-major and `[out]`.
     host_weight: Vec<f32>,
     host_bias: Vec<f32>,
+    /// `host_weight` in row blocks for the exact products' register tiles
+    /// ([`crate::kernels::gemm::PackedA`]).
+    packed_weight: PackedA,
     /// The weight as bf16 pairs when the bf16 fast mode is on (see [`crate::Precision`]).
     bf16: Option<std::sync::Arc<PackedWeight>>,
 }
@@ -70,11 +74,13 @@ impl Pointwise {
         let bias = bias.reshape((out_ch, 1))?.to_dtype(DType::F32)?;
         let host_weight = weight.flatten_all()?.to_vec1::<f32>()?;
         let host_bias = bias.flatten_all()?.to_vec1::<f32>()?;
+        let packed_weight = PackedA::from_rows(&host_weight, out_ch, in_ch, in_ch);
         Ok(Self {
             weight,
             bias,
             host_weight,
             host_bias,
+            packed_weight,
             bf16: None,
         })
     }
@@ -197,6 +203,7 @@ impl Pointwise {
     ) -> candle_core::Result<Tensor> {
         let weights = PointwiseWeights {
             weight: &self.host_weight,
+            packed: Some(&self.packed_weight),
             bias: &self.host_bias,
             bf16: self.bf16.as_deref(),
         };
@@ -238,6 +245,7 @@ impl Pointwise {
             scale: None,
             token_mixer: Some(token_mixer),
             gate: None,
+            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -266,6 +274,7 @@ impl Pointwise {
             scale: None,
             token_mixer: None,
             gate: Some(gate),
+            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -309,6 +318,7 @@ impl Pointwise {
             scale,
             token_mixer: None,
             gate: None,
+            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, residual, &op)?))

@@ -352,9 +352,7 @@ mod channel_mixer_fused_token_mixer {
                     crate::checks::compare::same_bits(&got, &want)?,
                     "{n}x{c}x{h}x{w} {rounding:?}"
                 );
-                assert!(conv1
-                    .channel_mixer_gated(&conv2, &x, &host[1..])
-                    .is_err());
+                assert!(conv1.channel_mixer_gated(&conv2, &x, &host[1..]).is_err());
             }
         }
         Ok(())

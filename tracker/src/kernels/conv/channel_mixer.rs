@@ -21,7 +21,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::{accumulate_block, BlockScratch, PackedWeight};
 use crate::kernels::gelu::gelu_slice;
-use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
+use crate::kernels::gemm::{packed_a_unchecked, PackedA, PackedB, NR};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// Pixels per block: the hidden block (`2c x COLS`, 192 KiB at `c = 384`) stays in L2 beside the
@@ -47,6 +47,8 @@ pub(crate) struct ChannelMixer<'a> {
     /// first), so the gated map never goes to memory. The op's inputs are then the block input
     /// (twice). Not with a token mixer.
     pub gate: Option<&'a [f32]>,
+    /// `w1` and `w2` in row blocks, for the exact products.
+    pub packed: (&'a PackedA, &'a PackedA),
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
@@ -95,11 +97,7 @@ impl ChannelMixer<'_> {
         out: *mut f32,
         ld_out: usize,
     ) {
-        let (weight, rows) = if first {
-            (self.w1, self.b1.len())
-        } else {
-            (self.w2, self.b2.len())
-        };
+        let weight = if first { self.packed.0 } else { self.packed.1 };
         match self.bf16 {
             Some((p1, p2)) => {
                 let p = if first { p1 } else { p2 };
@@ -110,7 +108,7 @@ impl ChannelMixer<'_> {
                 packed.fill_columns_from_rows(x, ld_x, w);
                 // SAFETY: `weight` is `rows x k`, the packed block `k x w`, `out` per the caller.
                 unsafe {
-                    packed_unchecked(rows, weight, k, packed, 0..k, 0..w, out, ld_out, true);
+                    packed_a_unchecked(weight, packed, 0..k, 0..w, out, ld_out, true);
                 }
             }
         }
@@ -134,9 +132,7 @@ impl ChannelMixer<'_> {
         let hid = self.b1.len();
         match self.bf16 {
             Some(_) => unsafe { self.product(false, hid, (h, pairs), hidden, w, w, out, w) },
-            None => unsafe {
-                packed_unchecked(self.b2.len(), self.w2, hid, h, 0..hid, 0..w, out, w, true)
-            },
+            None => unsafe { packed_a_unchecked(self.packed.1, h, 0..hid, 0..w, out, w, true) },
         }
     }
 }
@@ -167,6 +163,8 @@ impl CustomOp2 for ChannelMixer<'_> {
         }
         if self.w1.len() != hid * c
             || self.w2.len() != co * hid
+            || (self.packed.0.m(), self.packed.0.k()) != (hid, c)
+            || (self.packed.1.m(), self.packed.1.k()) != (co, hid)
             || self.scale.is_some_and(|s| s.len() != co)
         {
             candle_core::bail!(
@@ -317,13 +315,12 @@ impl CustomOp2 for ChannelMixer<'_> {
                                 row.fill(bias);
                             }
                             let cols = p * NR..(p * NR + NR).min(w);
-                            // SAFETY: `w1` is `hid x c`, the packed input `c x w` with `cols`
-                            // inside it, `panel` a `hid x NR` block (row stride `NR`).
+                            // SAFETY: `w1` is `hid x c` (checked above), the packed input
+                            // `c x w` with `cols` inside it, `panel` a `hid x NR` block (row
+                            // stride `NR`).
                             unsafe {
-                                packed_unchecked(
-                                    hid,
-                                    self.w1,
-                                    c,
+                                packed_a_unchecked(
+                                    self.packed.0,
                                     &s.x,
                                     0..c,
                                     cols,

@@ -197,24 +197,27 @@ impl Kernel {
         ow: usize,
         pad: &mut Vec<f32>,
     ) {
-        if self.stride == 1 && 2 * self.padding + 1 == self.k {
+        if (self.stride == 1 || self.stride == 2) && self.padding < self.k {
             // Vectors per row segment: as many as the row fills, up to 4; rows per tile so that
             // the tile holds 8 vectors of sums (independent chains of adds: one chain per
             // vector, 9 dependent adds for a 3x3, would leave the adders waiting).
             let vectors = ow.div_ceil(V::LANES).next_power_of_two();
+            let hw = (h, w, oh, ow);
             match vectors {
-                0 | 1 => self.plane_padded::<V, 8, 1>(c, inp, h, w, out, pad),
-                2 => self.plane_padded::<V, 4, 2>(c, inp, h, w, out, pad),
-                _ => self.plane_padded::<V, 2, 4>(c, inp, h, w, out, pad),
+                0 | 1 => self.plane_padded::<V, 8, 1>(c, inp, hw, out, pad),
+                2 => self.plane_padded::<V, 4, 2>(c, inp, hw, out, pad),
+                _ => self.plane_padded::<V, 2, 4>(c, inp, hw, out, pad),
             }
         } else {
             self.plane_taps(c, inp, h, w, out, oh, ow);
         }
     }
 
-    /// Stride 1, "same" padding: the plane copied once into `pad` with its zero border (`p` rows
-    /// above and below, `p` columns left, zeros right to whole row segments), then tiles of `R`
-    /// output rows x `NV` vectors accumulate all `k * k` taps in registers. The tap-by-tap form
+    /// Stride 1 or 2: the plane copied once into `pad` with its zero border (`p` rows above and
+    /// below, `p` columns left, zeros right to whole row segments), each padded row split into
+    /// its `s` column phases (padded column `q` at phase `q % s`, index `q / s`: every tap then
+    /// reads a contiguous run, as at stride 1), then tiles of `R` output rows x `NV` vectors
+    /// accumulate all `k * k` taps in registers. The tap-by-tap form
     /// makes `k * k` passes over every output row with per-tap bookkeeping: for the 7x7 on
     /// 64-wide rows that bookkeeping was most of the time, and on the 3x3's short rows each
     /// tap's run (14-16 values) fell to scalar code. Per output the sum runs in the same order
@@ -226,18 +229,18 @@ impl Kernel {
         &self,
         c: usize,
         inp: &[f32],
-        h: usize,
-        w: usize,
+        (h, w, oh, ow): (usize, usize, usize, usize),
         out: &mut [f32],
         pad: &mut Vec<f32>,
     ) {
-        let (k, p) = (self.k, self.padding);
+        let (k, s, p) = (self.k, self.stride, self.padding);
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         let b = self.bias[c];
-        // A "same" convolution: the output is `h x w`.
-        let (oh, ow) = (h, w);
         let seg = NV * V::LANES;
-        let len = ow.div_ceil(seg) * seg + k - 1;
+        // A phase holds every output segment's columns plus the taps' reach past them.
+        let phase = ow.div_ceil(seg) * seg + (k - 1) / s;
+        let len = s * phase;
+        // Padded rows: every output row's taps, `(oh - 1) * s + k <= h + 2p`.
         let rows = h + 2 * p;
         pad.resize(rows * len, 0.0);
         let pad = &mut pad[..rows * len];
@@ -247,13 +250,43 @@ impl Kernel {
             .chunks_exact_mut(len)
             .zip(inp.chunks_exact(w))
         {
-            prow[..p].fill(0.0);
-            prow[p..p + w].copy_from_slice(irow);
-            prow[p + w..].fill(0.0);
+            if s == 1 {
+                prow[..p].fill(0.0);
+                prow[p..p + w].copy_from_slice(irow);
+                prow[p + w..].fill(0.0);
+            } else {
+                // Stride 2: padded column `q = ix + p` goes to phase `q % 2`, index `q / 2`; in
+                // pairs from the first even `q`, one value to each phase.
+                prow.fill(0.0);
+                let (even, odd) = prow.split_at_mut(phase);
+                let start = p % 2;
+                if start == 1 {
+                    if let Some(&v) = irow.first() {
+                        odd[p / 2] = v;
+                    }
+                }
+                let body = irow.get(start..).unwrap_or_default();
+                let base = (start + p) / 2;
+                let pairs = body.chunks_exact(2);
+                let last = pairs.remainder().first().copied();
+                for ((e, o), pair) in even[base..]
+                    .iter_mut()
+                    .zip(odd[base..].iter_mut())
+                    .zip(pairs)
+                {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+                if let Some(v) = last {
+                    even[(w - 1 + p) / 2] = v;
+                }
+            }
         }
         let tile = Tile {
             pad,
             len,
+            phase,
+            stride: s,
             wk,
             k,
             bias: b,
@@ -263,10 +296,10 @@ impl Kernel {
             let mut oy = 0;
             while oy < oh {
                 if oh - oy >= R {
-                    // SAFETY: rows `oy .. oy + R + k - 1` and columns `x0 .. x0 + seg + k - 1`
-                    // lie inside `pad` (`rows = oh + k - 1`, `len >= x0 + seg + k - 1`), the
-                    // outputs inside `out`; `dispatch` runs this where `V`'s instruction set is
-                    // present.
+                    // SAFETY: padded rows `oy * s .. (oy + R - 1) * s + k` lie inside `pad`
+                    // (`(oh - 1) * s + k <= rows`), each phase's columns `x0 .. x0 + seg + (k -
+                    // 1) / s` inside `phase`; the outputs inside `out`; `dispatch` runs this
+                    // where `V`'s instruction set is present.
                     unsafe { tile.run::<V, R, NV>((oy, x0), n, out, ow) };
                     oy += R;
                 } else {
@@ -432,6 +465,9 @@ struct Tile<'a> {
     pad: &'a [f32],
     /// Row stride of `pad`.
     len: usize,
+    /// Values per column phase of a padded row (`len / stride`).
+    phase: usize,
+    stride: usize,
     wk: &'a [f32],
     k: usize,
     bias: f32,
@@ -444,8 +480,9 @@ impl Tile<'_> {
     /// same sums one value at a time.
     ///
     /// # Safety
-    /// Rows `oy .. oy + R + k - 1` of `pad` hold at least `x0 + NV * LANES + k - 1` values;
-    /// `out` (row stride `ow`) holds rows `oy .. oy + R`; `V`'s instruction set is present.
+    /// Padded rows `oy * s .. (oy + R - 1) * s + k` exist and each phase holds at least `x0 +
+    /// NV * LANES + (k - 1) / s` values; `out` (row stride `ow`) holds rows `oy .. oy + R`;
+    /// `V`'s instruction set is present.
     #[inline(always)]
     unsafe fn run<V: F32s, const R: usize, const NV: usize>(
         &self,
@@ -454,16 +491,18 @@ impl Tile<'_> {
         out: &mut [f32],
         ow: usize,
     ) {
-        let (k, len) = (self.k, self.len);
+        let (k, len, s, phase) = (self.k, self.len, self.stride, self.phase);
+        // Tap `kx` of output column `x0 + j` (padded column `(x0 + j) * s + kx`).
+        let col = |kx: usize| (kx % s) * phase + x0 + kx / s;
         if V::ISA == Isa::Portable {
             for r in 0..R {
                 let orow = &mut out[(oy + r) * ow + x0..][..n];
                 for (j, o) in orow.iter_mut().enumerate() {
                     let mut acc = self.bias;
                     for (ky, wrow) in self.wk.chunks_exact(k).enumerate() {
-                        let row = &self.pad[(oy + r + ky) * len + x0 + j..][..k];
-                        for (&wv, &x) in wrow.iter().zip(row) {
-                            acc += wv * x;
+                        let row = &self.pad[((oy + r) * s + ky) * len..][..len];
+                        for (kx, &wv) in wrow.iter().enumerate() {
+                            acc += wv * row[col(kx) + j];
                         }
                     }
                     *o = acc;
@@ -474,12 +513,12 @@ impl Tile<'_> {
         // SAFETY: per the caller's bounds; the sums live in `acc`, `R x NV` vectors.
         unsafe {
             let mut acc = [[V::splat(self.bias); NV]; R];
-            let base = self.pad.as_ptr().add(oy * len + x0);
+            let base = self.pad.as_ptr().add(oy * s * len);
             for (ky, wrow) in self.wk.chunks_exact(k).enumerate() {
                 for (kx, &wv) in wrow.iter().enumerate() {
                     let wv = V::splat(wv);
                     for (r, row) in acc.iter_mut().enumerate() {
-                        let src = base.add((r + ky) * len + kx);
+                        let src = base.add((r * s + ky) * len + col(kx));
                         for (v, a) in row.iter_mut().enumerate() {
                             *a = a.add(wv.mul(V::load(src.add(v * V::LANES))));
                         }
@@ -596,30 +635,42 @@ mod tests {
         Ok(())
     }
 
-    /// The one-pass planes against the tap-by-tap form: equal values (same sum order), at
-    /// widths around the 16-lane vectors and each group size (1, 2 and 4 vectors): the 7x7 and
-    /// RepViT's 3x3 at its rows of 16 to 128.
+    /// The padded planes against the tap-by-tap form: equal values (same sum order), at
+    /// widths around the 16-lane vectors and each group size (1, 2 and 4 vectors): the 7x7,
+    /// RepViT's 3x3 at its rows of 16 to 128, and its stride-2 downsamples (with odd sizes,
+    /// no padding, and a 5x5).
     #[test]
     fn wide_kernel_equals_tap_by_tap() -> candle_core::Result<()> {
-        for (k, h, w) in [
-            (3usize, 16usize, 16usize),
-            (3, 32, 32),
-            (3, 64, 64),
-            (3, 128, 128),
-            (3, 5, 17),
-            (3, 9, 33),
-            (3, 7, 48),
-            (3, 1, 1),
-            (3, 2, 3),
-            (7, 9, 7),
-            (7, 20, 33),
-            (5, 4, 16),
-            (7, 3, 2),
-            (7, 64, 64),
-            (7, 9, 100),
-            (7, 70, 37),
+        let same = |k: usize, h: usize, w: usize| (k, 1, k / 2, h, w);
+        for (k, s, p, h, w) in [
+            same(3, 16, 16),
+            same(3, 32, 32),
+            same(3, 64, 64),
+            same(3, 128, 128),
+            same(3, 5, 17),
+            same(3, 9, 33),
+            same(3, 7, 48),
+            same(3, 1, 1),
+            same(3, 2, 3),
+            same(7, 9, 7),
+            same(7, 20, 33),
+            same(5, 4, 16),
+            same(7, 3, 2),
+            same(7, 64, 64),
+            same(7, 9, 100),
+            same(7, 70, 37),
+            (3, 2, 1, 128, 128),
+            (3, 2, 1, 64, 64),
+            (3, 2, 1, 32, 32),
+            (3, 2, 1, 9, 8),
+            (3, 2, 1, 8, 9),
+            (3, 2, 1, 7, 33),
+            (3, 2, 1, 1, 1),
+            (3, 2, 1, 2, 3),
+            (3, 2, 0, 7, 7),
+            (5, 2, 2, 9, 13),
         ] {
-            let (dw, inp, (oh, ow)) = random_plane(k, 1, k / 2, h, w)?;
+            let (dw, inp, (oh, ow)) = random_plane(k, s, p, h, w)?;
             let kern = &dw.kernel;
             let mut b = vec![0f32; oh * ow];
             kern.plane_taps(0, &inp, h, w, &mut b, oh, ow);
@@ -638,7 +689,7 @@ mod tests {
                         pad: &mut Vec::new(),
                     },
                 );
-                assert_eq!(a, b, "k {k}, {h}x{w}, {isa}");
+                assert_eq!(a, b, "k {k} s {s} p {p}, {h}x{w}, {isa}");
             }
         }
         Ok(())
