@@ -45,6 +45,11 @@ pub struct PackedB {
     data: Aligned<f32>,
     k: usize,
     n: usize,
+    /// Floats between rows of a panel: [`NR`] in the panel layout, the row stride in the
+    /// row-major one ([`Self::zeroed_row_major`]).
+    row_stride: usize,
+    /// Floats between panels: `k * NR` in the panel layout, [`NR`] in the row-major one.
+    panel_stride: usize,
 }
 
 impl PackedB {
@@ -69,7 +74,42 @@ impl PackedB {
             data: Aligned::zeroed(n.div_ceil(NR) * k * NR),
             k,
             n,
+            row_stride: NR,
+            panel_stride: k * NR,
         }
+    }
+
+    /// A zeroed row-major `k x n` buffer (row stride `ld`, a multiple of 16 at least `n`
+    /// rounded up to whole panels) that the products read in place: its panel `p` is columns
+    /// `p * NR ..` of every row. For a right-hand side written once and read once (im2col
+    /// columns), where packing would copy it a second time; `ld` not a power of two keeps its
+    /// rows out of each other's cache sets.
+    pub(crate) fn zeroed_row_major(k: usize, n: usize, ld: usize) -> Self {
+        let ld = ld.max(n.div_ceil(NR) * NR).next_multiple_of(16);
+        Self {
+            data: Aligned::zeroed(k * ld),
+            k,
+            n,
+            row_stride: ld,
+            panel_stride: NR,
+        }
+    }
+
+    /// The rows of a row-major buffer ([`Self::zeroed_row_major`]) for its first `n` columns
+    /// (at most what it was made for), to be written in place: `k` rows, [`Self::row_stride`]
+    /// apart.
+    pub(crate) fn rows_mut(&mut self, n: usize) -> &mut [f32] {
+        assert!(
+            self.panel_stride == NR && n.div_ceil(NR) * NR <= self.row_stride,
+            "PackedB: {n} columns exceed the row-major buffer"
+        );
+        self.n = n;
+        self.data_mut()
+    }
+
+    /// Floats between rows (the row-major buffer's row stride; [`NR`] when packed in panels).
+    pub(crate) fn row_stride(&self) -> usize {
+        self.row_stride
     }
 
     /// The packed panels.
@@ -85,7 +125,7 @@ impl PackedB {
     /// least `n` columns (its `k` rows), in place.
     pub fn fill_columns_from_rows(&mut self, b: &[f32], ldb: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            self.row_stride == NR && n.div_ceil(NR) * self.k * NR <= self.data.len(),
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -98,7 +138,7 @@ impl PackedB {
     pub(crate) fn panels_mut(&mut self, n: usize) -> &mut [f32] {
         let len = n.div_ceil(NR) * self.k * NR;
         assert!(
-            len <= self.data.len(),
+            self.row_stride == NR && len <= self.data.len(),
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -107,6 +147,10 @@ impl PackedB {
 
     /// Re-packs a row-major `k x n` matrix (this buffer's shape) in place (no allocation).
     pub fn fill_from_rows(&mut self, b: &[f32], ldb: usize) {
+        assert!(
+            self.row_stride == NR,
+            "PackedB: filling a row-major buffer as panels"
+        );
         let (k, n) = (self.k, self.n);
         for (p, panel) in self
             .data_mut()
@@ -138,7 +182,7 @@ impl PackedB {
     /// for at least `n` columns (per-worker scratch, like [`Self::fill_columns_from_rows`]).
     pub fn fill_columns_from_transposed(&mut self, bt: &[f32], ldbt: usize, n: usize) {
         assert!(
-            n.div_ceil(NR) * self.k * NR <= self.data.len(),
+            self.row_stride == NR && n.div_ceil(NR) * self.k * NR <= self.data.len(),
             "PackedB: {n} columns exceed the buffer"
         );
         self.n = n;
@@ -147,6 +191,10 @@ impl PackedB {
 
     /// Re-packs `bt^T` (`bt` row-major `n x k`, this buffer's shape) in place.
     pub fn fill_from_transposed(&mut self, bt: &[f32], ldbt: usize) {
+        assert!(
+            self.row_stride == NR,
+            "PackedB: filling a row-major buffer as panels"
+        );
         let (k, n) = (self.k, self.n);
         for (p, panel) in self
             .data_mut()
@@ -434,10 +482,9 @@ unsafe fn product<V: F32s, const NV: usize, const PA: bool>(p: &Product, mr: usi
                     // SAFETY: panel `p0 + pi`, rows `k_range.start + kb ..` lie inside `B`, and
                     // row block `r` / columns `j0 ..` inside `A` and `C` (the caller's bounds).
                     unsafe {
-                        let panel =
-                            p.b.data()
-                                .as_ptr()
-                                .add(((p0 + pi) * p.b.k + p.k_range.start + kb) * NR);
+                        let panel = p.b.data().as_ptr().add(
+                            (p0 + pi) * p.b.panel_stride + (p.k_range.start + kb) * p.b.row_stride,
+                        );
                         // A packed: block `r / A_BLOCK`, its column `kb`, row `r % A_BLOCK`
                         // (`mr` divides A_BLOCK, so the tile's rows lie in that block).
                         let ap = if PA {
@@ -455,6 +502,7 @@ unsafe fn product<V: F32s, const NV: usize, const PA: bool>(p: &Product, mr: usi
                                     a: ap,
                                     lda: p.lda,
                                     panel: panel.add(t),
+                                    ldb: p.b.row_stride,
                                     c: cp,
                                     ldc: p.ldc,
                                     w: tw,
@@ -470,7 +518,8 @@ unsafe fn product<V: F32s, const NV: usize, const PA: bool>(p: &Product, mr: usi
     }
 }
 
-/// One tile's operands: `C[R x w] (+)= A[R x kc] * panel[kc x w]` (panel rows [`NR`] apart;
+/// One tile's operands: `C[R x w] (+)= A[R x kc] * panel[kc x w]` (panel rows `ldb` apart:
+/// [`NR`] packed, the row stride of a row-major `B`;
 /// `A` row-major with stride `lda`, or inside a [`PackedA`] block: column `kk` at `kk *
 /// A_BLOCK`).
 #[derive(Clone, Copy)]
@@ -479,6 +528,8 @@ struct Tile {
     a: *const f32,
     lda: usize,
     panel: *const f32,
+    /// Floats between the panel's rows.
+    ldb: usize,
     c: *mut f32,
     ldc: usize,
     w: usize,
@@ -515,7 +566,7 @@ unsafe fn rows_tile<V: F32s, const NV: usize, const PA: bool>(rows: usize, t: Ti
 /// step of `k`, `NV` loads of the panel's row and one broadcast per row of `A`.
 ///
 /// # Safety
-/// `a` holds `R x kc` (stride `lda`), the panel `kc` rows of `NV * LANES` floats [`NR`] apart,
+/// `a` holds `R x kc` (stride `lda`, or a [`PackedA`] block), the panel `kc` rows of `NV * LANES` floats `ldb` apart,
 /// `c` `R x w` writable floats (stride `ldc`), `w <= NV * LANES`; `V`'s instruction set is
 /// present.
 #[inline(always)]
@@ -540,7 +591,7 @@ unsafe fn tile<V: F32s, const R: usize, const NV: usize, const PA: bool>(t: Tile
                     *cv = x.mul_add(bv, *cv);
                 }
             }
-            bp = bp.add(NR);
+            bp = bp.add(t.ldb);
             if PA {
                 ap = ap.add(A_BLOCK);
             }
@@ -834,6 +885,39 @@ mod tests {
                     );
                 }
                 PRODUCT_ISA.with(|at| at.set(None));
+            }
+        }
+    }
+
+    /// `B` read in place from a row-major buffer against `B` packed in panels: the same bits on
+    /// every instruction set this CPU runs, for a partial last panel and a column sub-range.
+    #[test]
+    fn row_major_b_equals_panels_bit_for_bit() {
+        for &(m, n, k) in &[(48, 256, 216), (24, 250, 27), (13, 70, 300), (5, 3, 9)] {
+            let a = data(m * k, 13);
+            let b = data(k * n, 14);
+            let panels = PackedB::from_rows(&b, k, n, n);
+            let mut rows = PackedB::zeroed_row_major(k, n, n + 16);
+            let ld = rows.row_stride();
+            assert!(ld >= n && ld % 16 == 0, "{ld}");
+            for (dst, src) in rows.rows_mut(n).chunks_mut(ld).zip(b.chunks(n)) {
+                dst[..n].copy_from_slice(src);
+            }
+            let cols = if n > NR { NR..n } else { 0..n };
+            for isa in crate::kernels::cpu::available_isas() {
+                PRODUCT_ISA.with(|at| at.set(Some(isa)));
+                let mut want = vec![0.5f32; m * cols.len()];
+                let mut got = want.clone();
+                let ldc = cols.len();
+                gemm_packed(m, &a, k, &panels, 0..k, cols.clone(), &mut want, ldc, true);
+                gemm_packed(m, &a, k, &rows, 0..k, cols.clone(), &mut got, ldc, true);
+                PRODUCT_ISA.with(|at| at.set(None));
+                assert!(
+                    want.iter()
+                        .zip(&got)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{isa} {m}x{n}x{k}"
+                );
             }
         }
     }

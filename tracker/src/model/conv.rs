@@ -333,6 +333,8 @@ pub(crate) struct Dense {
     /// `[1, out, 1, 1]`.
     bias: Tensor,
     /// Host copies: `[out, in * k * k]` row-major and `[out]`.
+    /// `host_weight` in row blocks for the exact products.
+    packed_weight: PackedA,
     host_weight: Vec<f32>,
     host_bias: Vec<f32>,
     in_ch: usize,
@@ -376,8 +378,11 @@ impl Dense {
         }
         let weight = weight.to_dtype(DType::F32)?;
         let bias = bias.to_dtype(DType::F32)?;
+        let host_weight: Vec<f32> = weight.flatten_all()?.to_vec1()?;
+        let kk = in_ch * k * k;
         Ok(Self {
-            host_weight: weight.flatten_all()?.to_vec1()?,
+            packed_weight: PackedA::from_rows(&host_weight, out_ch, kk, kk),
+            host_weight,
             host_bias: bias.to_vec1()?,
             weight,
             bias: bias.reshape((1, out_ch, 1, 1))?,
@@ -411,6 +416,7 @@ impl Dense {
     fn host(&self) -> DenseConv<'_> {
         DenseConv {
             weight: &self.host_weight,
+            packed: Some(&self.packed_weight),
             bias: &self.host_bias,
             in_ch: self.in_ch,
             k: self.k,

@@ -5,7 +5,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
-use crate::kernels::gemm::{packed_unchecked, PackedB, NR};
+use crate::kernels::gemm::{packed_a_unchecked, packed_unchecked, PackedA, PackedB, NR};
 use crate::kernels::norm::HostNorm;
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
@@ -14,6 +14,8 @@ use crate::kernels::{f32_slice, run_tasks_with, threads};
 #[derive(Clone, Copy)]
 pub(crate) struct DenseConv<'a> {
     pub weight: &'a [f32],
+    /// `weight` in row blocks for the exact products (`None`: read in place).
+    pub packed: Option<&'a PackedA>,
     pub bias: &'a [f32],
     pub in_ch: usize,
     pub k: usize,
@@ -61,7 +63,8 @@ pub(crate) enum DenseEpilogue<'a> {
 /// Output pixels per im2col chunk at most (small maps take fewer, so that every worker gets
 /// several).
 const DENSE_CHUNK: usize = 256;
-/// Row stride of a chunk's local output block: not a power of two (see the copy-out).
+/// Row stride of a chunk's local output block: not a power of two (see the copy-out). The exact
+/// products' im2col rows use it too (the product reads them in place).
 const LDC: usize = DENSE_CHUNK + 16;
 
 impl CustomOp1 for DenseOp<'_> {
@@ -79,10 +82,20 @@ impl CustomOp1 for DenseOp<'_> {
         if c != d.in_ch {
             candle_core::bail!("dense conv has {} input channels, got {c}", d.in_ch);
         }
+        let kk = c * d.k * d.k;
+        if d.weight.len() != d.bias.len() * kk
+            || d.packed
+                .is_some_and(|a| (a.m(), a.k()) != (d.bias.len(), kk))
+        {
+            candle_core::bail!(
+                "dense conv: a weight of {} values for {} outputs of {kk} taps",
+                d.weight.len(),
+                d.bias.len()
+            );
+        }
         let x = f32_slice(storage, layout, "dense conv input")?;
         let (k, s, p) = (d.k, d.stride, d.padding);
         let out_ch = d.bias.len();
-        let kk = c * k * k;
         let oh = (h + 2 * p).saturating_sub(k) / s + 1;
         let ow = (w + 2 * p).saturating_sub(k) / s + 1;
         let hw = oh * ow;
@@ -101,15 +114,17 @@ impl CustomOp1 for DenseOp<'_> {
         // Jobs write disjoint column ranges of `out`; the address travels as an integer.
         let out_addr = out.as_mut_ptr() as usize;
         let bf16 = d.bf16;
-        // Per-worker scratch: im2col columns, packed columns (f32) or bf16 pairs, output block.
+        // Per-worker scratch: im2col columns (bf16: row-major `kk x np`, packed into pairs; f32:
+        // the right-hand side the product reads in place, rows `LDC` apart), the bf16 pairs,
+        // the output block.
         let scratch = || {
             let pairs = match bf16 {
                 Some(_) => super::pointwise_bf16::BlockScratch::new(kk, DENSE_CHUNK),
                 None => Default::default(),
             };
             (
-                vec![0f32; kk * DENSE_CHUNK],
-                PackedB::zeroed(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK),
+                vec![0f32; if bf16.is_some() { kk * DENSE_CHUNK } else { 0 }],
+                PackedB::zeroed_row_major(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK, LDC),
                 pairs,
                 vec![0f32; out_ch * LDC],
             )
@@ -124,12 +139,18 @@ impl CustomOp1 for DenseOp<'_> {
                 let p0 = ci * per;
                 let np = per.min(hw - p0);
                 let img = &x[b * c * h * w..(b + 1) * c * h * w];
-                // im2col: row `(ch, ky, kx)`, column = output pixel.
+                // im2col: row `(ch, ky, kx)`, column = output pixel; rows `ld` apart.
+                let (cols, ld) = if bf16.is_some() {
+                    (&mut cols[..], np)
+                } else {
+                    let ld = packed.row_stride();
+                    (packed.rows_mut(np), ld)
+                };
                 for ch in 0..c {
                     for ky in 0..k {
                         for kx in 0..k {
                             let row = (ch * k + ky) * k + kx;
-                            let dst = &mut cols[row * np..(row + 1) * np];
+                            let dst = &mut cols[row * ld..][..np];
                             // Walk the output pixels row segment by row segment (no
                             // division per element).
                             let mut j = 0;
@@ -172,21 +193,32 @@ impl CustomOp1 for DenseOp<'_> {
                         );
                     }
                 } else {
-                    packed.fill_columns_from_rows(cols, np, np);
-                    // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` and
-                    // `block` is `out_ch x LDC` with `np <= LDC`.
+                    // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` (written just
+                    // above) and `block` is `out_ch x LDC` with `np <= LDC`.
                     unsafe {
-                        packed_unchecked(
-                            out_ch,
-                            d.weight,
-                            kk,
-                            packed,
-                            0..kk,
-                            0..np,
-                            block.as_mut_ptr(),
-                            LDC,
-                            true,
-                        );
+                        if let Some(a) = d.packed {
+                            packed_a_unchecked(
+                                a,
+                                packed,
+                                0..kk,
+                                0..np,
+                                block.as_mut_ptr(),
+                                LDC,
+                                true,
+                            );
+                        } else {
+                            packed_unchecked(
+                                out_ch,
+                                d.weight,
+                                kk,
+                                packed,
+                                0..kk,
+                                0..np,
+                                block.as_mut_ptr(),
+                                LDC,
+                                true,
+                            );
+                        }
                     }
                 }
                 if let DenseEpilogue::NormGelu(norm) = self.epilogue {
