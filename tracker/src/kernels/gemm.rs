@@ -250,6 +250,21 @@ impl PackedA {
         Self { data, m, k }
     }
 
+    /// The row-major `m x k` matrix back (for the one-time packings other kernels make from a
+    /// weight: its bf16 pairs).
+    pub(crate) fn rows(&self) -> Vec<f32> {
+        let (m, k) = (self.m, self.k);
+        let data = self.data.as_slice();
+        let mut out = vec![0f32; m * k];
+        for (r, row) in out.chunks_exact_mut(k.max(1)).take(m).enumerate() {
+            let block = &data[(r / A_BLOCK) * A_BLOCK * k..][..A_BLOCK * k];
+            for (kk, v) in row.iter_mut().enumerate() {
+                *v = block[kk * A_BLOCK + r % A_BLOCK];
+            }
+        }
+        out
+    }
+
     /// Rows.
     pub(crate) fn m(&self) -> usize {
         self.m
@@ -846,6 +861,7 @@ mod tests {
             let packed_b = PackedB::from_rows(&b, k, n, n);
             let packed_a = PackedA::from_rows(&a, m, k, k);
             assert_eq!((packed_a.m(), packed_a.k()), (m, k));
+            assert_eq!(packed_a.rows(), a, "{m}x{k}: the rows back");
             let cols = if n > NR { NR..n } else { 0..n };
             for isa in crate::kernels::cpu::available_isas() {
                 PRODUCT_ISA.with(|at| at.set(Some(isa)));

@@ -55,12 +55,10 @@ pub(crate) struct Pointwise {
     weight: Tensor,
     /// `[out, 1]`.
     bias: Tensor,
-    /// Host copies for the CPU op: `[out, in]` row-major and `[out]`.
-    host_weight: Vec<f32>,
-    host_bias: Vec<f32>,
-    /// `host_weight` in row blocks for the exact products' register tiles
-    /// ([`crate::kernels::gemm::PackedA`]).
+    /// Host copies for the CPU op: `[out, in]` in row blocks for the exact products' register
+    /// tiles ([`crate::kernels::gemm::PackedA`]) and `[out]`.
     packed_weight: PackedA,
+    host_bias: Vec<f32>,
     /// The weight as bf16 pairs when the bf16 fast mode is on (see [`crate::Precision`]).
     bf16: Option<std::sync::Arc<PackedWeight>>,
 }
@@ -78,9 +76,8 @@ impl Pointwise {
         Ok(Self {
             weight,
             bias,
-            host_weight,
-            host_bias,
             packed_weight,
+            host_bias,
             bf16: None,
         })
     }
@@ -94,12 +91,9 @@ impl Pointwise {
     /// The products' input rounding: `None` exact f32, else bf16 or split (f32-accurate, AMX
     /// only); stays exact where the kernel does not apply. Whether it applied.
     pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) -> bool {
-        let (out_ch, in_ch) = (
-            self.host_bias.len(),
-            self.host_weight.len() / self.host_bias.len().max(1),
-        );
+        let (out_ch, in_ch) = (self.packed_weight.m(), self.packed_weight.k());
         self.bf16 = rounding.and_then(|r| {
-            PackedWeight::with_rounding(&self.host_weight, out_ch, in_ch, r)
+            PackedWeight::with_rounding(&self.packed_weight.rows(), out_ch, in_ch, r)
                 .map(std::sync::Arc::new)
         });
         self.bf16.is_some() == rounding.is_some()
@@ -202,8 +196,7 @@ impl Pointwise {
         epilogue: Epilogue,
     ) -> candle_core::Result<Tensor> {
         let weights = PointwiseWeights {
-            weight: &self.host_weight,
-            packed: Some(&self.packed_weight),
+            weight: &self.packed_weight,
             bias: &self.host_bias,
             bf16: self.bf16.as_deref(),
         };
@@ -238,14 +231,13 @@ impl Pointwise {
             return Ok(None);
         }
         let op = ChannelMixer {
-            w1: &self.host_weight,
+            w1: &self.packed_weight,
             b1: &self.host_bias,
-            w2: &conv2.host_weight,
+            w2: &conv2.packed_weight,
             b2: &conv2.host_bias,
             scale: None,
             token_mixer: Some(token_mixer),
             gate: None,
-            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -267,14 +259,13 @@ impl Pointwise {
             return Ok(None);
         }
         let op = ChannelMixer {
-            w1: &self.host_weight,
+            w1: &self.packed_weight,
             b1: &self.host_bias,
-            w2: &conv2.host_weight,
+            w2: &conv2.packed_weight,
             b2: &conv2.host_bias,
             scale: None,
             token_mixer: None,
             gate: Some(gate),
-            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -311,14 +302,13 @@ impl Pointwise {
             return Ok(None);
         }
         let op = ChannelMixer {
-            w1: &self.host_weight,
+            w1: &self.packed_weight,
             b1: &self.host_bias,
-            w2: &conv2.host_weight,
+            w2: &conv2.packed_weight,
             b2: &conv2.host_bias,
             scale,
             token_mixer: None,
             gate: None,
-            packed: (&self.packed_weight, &conv2.packed_weight),
             bf16,
         };
         Ok(Some(channel_mixer(x, residual, &op)?))
@@ -333,9 +323,8 @@ pub(crate) struct Dense {
     /// `[1, out, 1, 1]`.
     bias: Tensor,
     /// Host copies: `[out, in * k * k]` row-major and `[out]`.
-    /// `host_weight` in row blocks for the exact products.
+    /// The weight `[out, in * k * k]` in row blocks for the exact products.
     packed_weight: PackedA,
-    host_weight: Vec<f32>,
     host_bias: Vec<f32>,
     in_ch: usize,
     k: usize,
@@ -356,7 +345,7 @@ impl Dense {
     pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) -> bool {
         let kk = self.in_ch * self.k * self.k;
         self.bf16 = rounding.and_then(|r| {
-            PackedWeight::with_rounding(&self.host_weight, self.host_bias.len(), kk, r)
+            PackedWeight::with_rounding(&self.packed_weight.rows(), self.host_bias.len(), kk, r)
                 .map(std::sync::Arc::new)
         });
         self.bf16.is_some() == rounding.is_some()
@@ -382,7 +371,6 @@ impl Dense {
         let kk = in_ch * k * k;
         Ok(Self {
             packed_weight: PackedA::from_rows(&host_weight, out_ch, kk, kk),
-            host_weight,
             host_bias: bias.to_vec1()?,
             weight,
             bias: bias.reshape((1, out_ch, 1, 1))?,
@@ -415,8 +403,7 @@ impl Dense {
     /// The host view the CPU pass takes.
     fn host(&self) -> DenseConv<'_> {
         DenseConv {
-            weight: &self.host_weight,
-            packed: Some(&self.packed_weight),
+            weight: &self.packed_weight,
             bias: &self.host_bias,
             in_ch: self.in_ch,
             k: self.k,

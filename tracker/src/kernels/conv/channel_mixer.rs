@@ -30,11 +30,12 @@ use crate::kernels::{f32_slice, run_tasks_with, threads};
 const COLS: usize = 64;
 
 /// The op: `conv1` `[hid, c]` + bias, GELU, `conv2` `[c, hid]` + bias, times an optional
-/// per-channel `scale`, plus the residual (the op's second input).
+/// per-channel `scale`, plus the residual (the op's second input). The weights are in row
+/// blocks for the exact products.
 pub(crate) struct ChannelMixer<'a> {
-    pub w1: &'a [f32],
+    pub w1: &'a PackedA,
     pub b1: &'a [f32],
-    pub w2: &'a [f32],
+    pub w2: &'a PackedA,
     pub b2: &'a [f32],
     pub scale: Option<&'a [f32]>,
     /// A stride-1 depthwise conv applied first (RepViT's token mixer of a block without
@@ -47,8 +48,6 @@ pub(crate) struct ChannelMixer<'a> {
     /// first), so the gated map never goes to memory. The op's inputs are then the block input
     /// (twice). Not with a token mixer.
     pub gate: Option<&'a [f32]>,
-    /// `w1` and `w2` in row blocks, for the exact products.
-    pub packed: (&'a PackedA, &'a PackedA),
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
@@ -97,7 +96,7 @@ impl ChannelMixer<'_> {
         out: *mut f32,
         ld_out: usize,
     ) {
-        let weight = if first { self.packed.0 } else { self.packed.1 };
+        let weight = if first { self.w1 } else { self.w2 };
         match self.bf16 {
             Some((p1, p2)) => {
                 let p = if first { p1 } else { p2 };
@@ -132,7 +131,7 @@ impl ChannelMixer<'_> {
         let hid = self.b1.len();
         match self.bf16 {
             Some(_) => unsafe { self.product(false, hid, (h, pairs), hidden, w, w, out, w) },
-            None => unsafe { packed_a_unchecked(self.packed.1, h, 0..hid, 0..w, out, w, true) },
+            None => unsafe { packed_a_unchecked(self.w2, h, 0..hid, 0..w, out, w, true) },
         }
     }
 }
@@ -161,16 +160,16 @@ impl CustomOp2 for ChannelMixer<'_> {
                 layout.shape().dims()
             );
         }
-        if self.w1.len() != hid * c
-            || self.w2.len() != co * hid
-            || (self.packed.0.m(), self.packed.0.k()) != (hid, c)
-            || (self.packed.1.m(), self.packed.1.k()) != (co, hid)
+        if (self.w1.m(), self.w1.k()) != (hid, c)
+            || (self.w2.m(), self.w2.k()) != (co, hid)
             || self.scale.is_some_and(|s| s.len() != co)
         {
             candle_core::bail!(
-                "channel mixer: weights {}/{} and biases {}/{} do not fit {c} channels",
-                self.w1.len(),
-                self.w2.len(),
+                "channel mixer: weights {}x{} / {}x{} and biases {}/{} do not fit {c} channels",
+                self.w1.m(),
+                self.w1.k(),
+                self.w2.m(),
+                self.w2.k(),
                 hid,
                 self.b2.len()
             );
@@ -320,7 +319,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                             // stride `NR`).
                             unsafe {
                                 packed_a_unchecked(
-                                    self.packed.0,
+                                    self.w1,
                                     &s.x,
                                     0..c,
                                     cols,

@@ -5,17 +5,16 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
-use crate::kernels::gemm::{packed_a_unchecked, packed_unchecked, PackedA, PackedB, NR};
+use crate::kernels::gemm::{packed_a_unchecked, PackedA, PackedB, NR};
 use crate::kernels::norm::HostNorm;
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
-/// A dense conv's parameters on the host: `weight` `[out, in * k * k]` row-major, `bias`
-/// `[out]`, the geometry, and the weight as bf16 pairs when the bf16 mode is on.
+/// A dense conv's parameters on the host: `weight` `[out, in * k * k]` in row blocks for the
+/// exact products, `bias` `[out]`, the geometry, and the weight as bf16 pairs when the bf16 mode
+/// is on.
 #[derive(Clone, Copy)]
 pub(crate) struct DenseConv<'a> {
-    pub weight: &'a [f32],
-    /// `weight` in row blocks for the exact products (`None`: read in place).
-    pub packed: Option<&'a PackedA>,
+    pub weight: &'a PackedA,
     pub bias: &'a [f32],
     pub in_ch: usize,
     pub k: usize,
@@ -83,13 +82,11 @@ impl CustomOp1 for DenseOp<'_> {
             candle_core::bail!("dense conv has {} input channels, got {c}", d.in_ch);
         }
         let kk = c * d.k * d.k;
-        if d.weight.len() != d.bias.len() * kk
-            || d.packed
-                .is_some_and(|a| (a.m(), a.k()) != (d.bias.len(), kk))
-        {
+        if (d.weight.m(), d.weight.k()) != (d.bias.len(), kk) {
             candle_core::bail!(
-                "dense conv: a weight of {} values for {} outputs of {kk} taps",
-                d.weight.len(),
+                "dense conv: a {}x{} weight for {} outputs of {kk} taps",
+                d.weight.m(),
+                d.weight.k(),
                 d.bias.len()
             );
         }
@@ -196,29 +193,15 @@ impl CustomOp1 for DenseOp<'_> {
                     // SAFETY: `weight` is `out_ch x kk`, `packed` is `kk x np` (written just
                     // above) and `block` is `out_ch x LDC` with `np <= LDC`.
                     unsafe {
-                        if let Some(a) = d.packed {
-                            packed_a_unchecked(
-                                a,
-                                packed,
-                                0..kk,
-                                0..np,
-                                block.as_mut_ptr(),
-                                LDC,
-                                true,
-                            );
-                        } else {
-                            packed_unchecked(
-                                out_ch,
-                                d.weight,
-                                kk,
-                                packed,
-                                0..kk,
-                                0..np,
-                                block.as_mut_ptr(),
-                                LDC,
-                                true,
-                            );
-                        }
+                        packed_a_unchecked(
+                            d.weight,
+                            packed,
+                            0..kk,
+                            0..np,
+                            block.as_mut_ptr(),
+                            LDC,
+                            true,
+                        );
                     }
                 }
                 if let DenseEpilogue::NormGelu(norm) = self.epilogue {

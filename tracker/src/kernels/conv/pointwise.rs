@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
-use crate::kernels::gemm::{packed_a_unchecked, packed_unchecked, PackedA, PackedB, NR};
+use crate::kernels::gemm::{packed_a_unchecked, PackedA, PackedB, NR};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// What the fused pass applies after the product.
@@ -18,13 +18,11 @@ pub(crate) enum Epilogue {
     Gelu,
 }
 
-/// A 1x1 conv's parameters on the host: `weight` `[out, in]` row-major, `bias` `[out]`, and the
-/// weight as bf16 pairs when the bf16 mode is on.
+/// A 1x1 conv's parameters on the host: `weight` `[out, in]` in row blocks for the exact
+/// products, `bias` `[out]`, and the weight as bf16 pairs when the bf16 mode is on.
 #[derive(Clone, Copy)]
 pub(crate) struct PointwiseWeights<'a> {
-    pub weight: &'a [f32],
-    /// `weight` in row blocks for the exact products (`None`: read in place).
-    pub packed: Option<&'a PackedA>,
+    pub weight: &'a PackedA,
     pub bias: &'a [f32],
     pub bf16: Option<&'a PackedWeight>,
 }
@@ -44,7 +42,6 @@ pub(crate) fn pointwise(
 ) -> candle_core::Result<Tensor> {
     let op = FusedPointwise {
         weight: weights.weight,
-        packed: weights.packed,
         bias: weights.bias,
         epilogue,
         bf16: weights.bf16,
@@ -76,8 +73,7 @@ pub(crate) fn pointwise_reference(
 
 /// `epilogue(residual + b + W x)` per batch entry.
 struct FusedPointwise<'a> {
-    weight: &'a [f32],
-    packed: Option<&'a PackedA>,
+    weight: &'a PackedA,
     bias: &'a [f32],
     epilogue: Epilogue,
     bf16: Option<&'a PackedWeight>,
@@ -102,12 +98,11 @@ impl FusedPointwise<'_> {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, c, h, w) = xl.shape().dims4()?;
         let out_ch = self.bias.len();
-        if self.weight.len() != out_ch * c
-            || self.packed.is_some_and(|a| (a.m(), a.k()) != (out_ch, c))
-        {
+        if (self.weight.m(), self.weight.k()) != (out_ch, c) {
             candle_core::bail!(
-                "1x1 conv has a {out_ch}x{} weight, input has {c} channels",
-                self.weight.len() / out_ch.max(1)
+                "1x1 conv has a {}x{} weight and {out_ch} biases, input has {c} channels",
+                self.weight.m(),
+                self.weight.k()
             );
         }
         let x = f32_slice(x, xl, "1x1 conv input")?;
@@ -169,33 +164,18 @@ impl FusedPointwise<'_> {
                         None => row.fill(bias),
                     }
                 }
-                // SAFETY: `weight` is `out_ch x c` (so is `packed`, checked above), the packed
-                // block `c x cols` and `block` `out_ch x POINTWISE_LD` with `cols <=
-                // POINTWISE_LD`.
+                // SAFETY: `weight` is `out_ch x c` (checked above), the packed block `c x cols`
+                // and `block` `out_ch x POINTWISE_LD` with `cols <= POINTWISE_LD`.
                 unsafe {
-                    if let Some(a) = self.packed {
-                        packed_a_unchecked(
-                            a,
-                            packed,
-                            0..c,
-                            0..cols,
-                            block.as_mut_ptr(),
-                            POINTWISE_LD,
-                            true,
-                        );
-                    } else {
-                        packed_unchecked(
-                            out_ch,
-                            self.weight,
-                            c,
-                            packed,
-                            0..c,
-                            0..cols,
-                            block.as_mut_ptr(),
-                            POINTWISE_LD,
-                            true,
-                        );
-                    }
+                    packed_a_unchecked(
+                        self.weight,
+                        packed,
+                        0..c,
+                        0..cols,
+                        block.as_mut_ptr(),
+                        POINTWISE_LD,
+                        true,
+                    );
                 }
                 let dst = (out_addr as *mut f32).wrapping_add(base);
                 for (o, row) in block.chunks_mut(POINTWISE_LD).enumerate() {
