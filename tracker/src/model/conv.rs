@@ -238,6 +238,7 @@ impl Pointwise {
             scale: None,
             token_mixer: Some(token_mixer),
             gate: None,
+            projection: None,
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -266,6 +267,37 @@ impl Pointwise {
             scale: None,
             token_mixer: None,
             gate: Some(gate),
+            projection: None,
+            bf16,
+        };
+        Ok(Some(channel_mixer(x, x, &op)?))
+    }
+
+    /// `t + conv2(gelu(self(t)))` with `t = projection(x)` (a 1x1 conv, RepViT's
+    /// `channel_downsample`) computed per pixel block inside the same pass; `None` as for
+    /// [`Self::channel_mixer`], or when the projection runs bf16 products (then the ops run one
+    /// by one).
+    pub(crate) fn channel_mixer_after_projection(
+        &self,
+        conv2: &Pointwise,
+        projection: &Pointwise,
+        x: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let Some(bf16) = self.mixer_weights(conv2) else {
+            return Ok(None);
+        };
+        if !fused_ok(x) || projection.bf16.is_some() {
+            return Ok(None);
+        }
+        let op = ChannelMixer {
+            w1: &self.packed_weight,
+            b1: &self.host_bias,
+            w2: &conv2.packed_weight,
+            b2: &conv2.host_bias,
+            scale: None,
+            token_mixer: None,
+            gate: None,
+            projection: Some((&projection.packed_weight, &projection.host_bias)),
             bf16,
         };
         Ok(Some(channel_mixer(x, x, &op)?))
@@ -309,6 +341,7 @@ impl Pointwise {
             scale,
             token_mixer: None,
             gate: None,
+            projection: None,
             bf16,
         };
         Ok(Some(channel_mixer(x, residual, &op)?))

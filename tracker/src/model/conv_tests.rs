@@ -321,6 +321,51 @@ mod channel_mixer_fused_token_mixer {
         Ok(())
     }
 
+    /// A 1x1 projection (RepViT's `channel_downsample`) computed inside the channel mixer's
+    /// blocks vs the 1x1 conv's own pass, then the mixer: bit-identical (the same sums), with
+    /// exact and split-bf16 mixer products, for a batch of 2 and a width that splits blocks
+    /// mid-row; a bf16 projection is left to the ops one by one.
+    #[test]
+    fn projected_equals_conv_then_mixer() -> candle_core::Result<()> {
+        use crate::kernels::conv::pointwise_bf16::Rounding;
+        use crate::model::conv::Pointwise;
+        let dev = Device::Cpu;
+        for (n, c_in, c, h, w) in [
+            (1usize, 8usize, 16usize, 9usize, 100usize),
+            (2, 12, 8, 7, 20),
+            (1, 48, 96, 5, 64),
+        ] {
+            for rounding in [None, Some(Rounding::Split)] {
+                let (mut conv1, mut conv2) = random_mlp(c, 2 * c)?;
+                if !(conv1.set_rounding(rounding) && conv2.set_rounding(rounding)) {
+                    continue;
+                }
+                let mut projection = Pointwise::new(
+                    &Tensor::randn(0f32, 0.3, (c, c_in, 1, 1), &dev)?,
+                    &Tensor::randn(0f32, 0.5, c, &dev)?,
+                )?;
+                let x = Tensor::randn(0f32, 1.0, (n, c_in, h, w), &dev)?;
+                let want = conv1
+                    .channel_mixer(&conv2, &projection.forward(&x)?)?
+                    .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+                let got = conv1
+                    .channel_mixer_after_projection(&conv2, &projection, &x)?
+                    .ok_or_else(|| candle_core::Error::Msg("no fused path".into()))?;
+                assert_eq!(got.dims(), [n, c, h, w]);
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "{n}x{c_in}->{c}x{h}x{w} {rounding:?}"
+                );
+                if projection.set_rounding(Some(Rounding::Bf16)) {
+                    assert!(conv1
+                        .channel_mixer_after_projection(&conv2, &projection, &x)?
+                        .is_none());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Squeeze-excite's gate applied inside the channel mixer's blocks vs the gated map first
     /// (`broadcast_mul`, then the mixer): bit-identical (the same products), exact and with
     /// split-bf16 products where the CPU has them, for a batch of 2 with its own gates and a

@@ -48,6 +48,11 @@ pub(crate) struct ChannelMixer<'a> {
     /// first), so the gated map never goes to memory. The op's inputs are then the block input
     /// (twice). Not with a token mixer.
     pub gate: Option<&'a [f32]>,
+    /// A 1x1 conv applied first (weight `[c, c_in]`, bias `[c]`; RepViT's downsample: its
+    /// `channel_downsample` before the FFN): each task computes it for its own pixels, and its
+    /// output is both the MLP's input and the residual, so it never goes to memory. The op's
+    /// inputs are then the `c_in`-channel block input (twice). Not with a token mixer or gate.
+    pub projection: Option<(&'a PackedA, &'a [f32])>,
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
@@ -71,8 +76,11 @@ struct Scratch {
     h: PackedB,
     /// `conv2`'s output block (before the scale, when there is one).
     y: Vec<f32>,
-    /// The token mixer's or the gate's output block `c x COLS` (only with either).
+    /// The token mixer's, the gate's or the projection's output block `c x COLS` (only with
+    /// one of them).
     t: Vec<f32>,
+    /// The projection's packed input block `c_in x COLS` (only with a projection).
+    xp: PackedB,
     /// bf16 pairs of a product's input block (only in the bf16 mode).
     pairs: BlockScratch,
 }
@@ -148,12 +156,33 @@ impl CustomOp2 for ChannelMixer<'_> {
         res_storage: &CpuStorage,
         res_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (n, c, height, width) = layout.shape().dims4()?;
+        let (n, c_in, height, width) = layout.shape().dims4()?;
+        // The MLP's channels: the input's, or the projection's outputs.
+        let c = match self.projection {
+            Some((wp, bp)) => {
+                if (wp.m(), wp.k()) != (bp.len(), c_in)
+                    || self.token_mixer.is_some()
+                    || self.gate.is_some()
+                {
+                    candle_core::bail!(
+                        "channel mixer: a {}x{} projection with {} biases for {c_in} input \
+                         channels (not with a token mixer or gate)",
+                        wp.m(),
+                        wp.k(),
+                        bp.len()
+                    );
+                }
+                wp.m()
+            }
+            None => c_in,
+        };
         let hid = self.b1.len();
         // Output channels: `c` for RepViT and the fuser; fewer when a projection is folded into
         // `conv2` (the memory encoder's last fuser block).
         let co = self.b2.len();
-        if res_layout.shape().dims() != [n, co, height, width] {
+        // With a projection the residual input is the block input itself (unused).
+        let res_ch = if self.projection.is_some() { c_in } else { co };
+        if res_layout.shape().dims() != [n, res_ch, height, width] {
             candle_core::bail!(
                 "conv MLP: residual {:?} does not fit the input {:?} and {co} output channels",
                 res_layout.shape().dims(),
@@ -232,12 +261,16 @@ impl CustomOp2 for ChannelMixer<'_> {
                 y: vec![0f32; co * COLS],
                 t: vec![
                     0f32;
-                    if self.token_mixer.is_some() || self.gate.is_some() {
+                    if self.token_mixer.is_some()
+                        || self.gate.is_some()
+                        || self.projection.is_some()
+                    {
                         c * COLS
                     } else {
                         0
                     }
                 ],
+                xp: PackedB::zeroed(if self.projection.is_some() { c_in } else { 0 }, COLS),
                 pairs: if self.bf16.is_some() {
                     BlockScratch::new(c.max(hid), COLS)
                 } else {
@@ -248,10 +281,33 @@ impl CustomOp2 for ChannelMixer<'_> {
                 for task in group {
                     let (b, j0) = (task / chunks, (task % chunks) * cols);
                     let w = cols.min(hw - j0);
-                    let img = &x[b * c * hw..(b + 1) * c * hw];
+                    let img = &x[b * c_in * hw..(b + 1) * c_in * hw];
                     // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
-                    let (res, ld, r0) = match (self.token_mixer, self.gate) {
-                        (None, Some(gate)) => {
+                    let (res, ld, r0) = match (self.token_mixer, self.gate, self.projection) {
+                        (None, None, Some((wp, bp))) => {
+                            // As the 1x1 conv's own pass computes it: the bias, then the
+                            // product accumulated onto it (the same sums).
+                            s.xp.fill_columns_from_rows(&img[j0..], hw, w);
+                            let t = &mut s.t[..c * w];
+                            for (row, &bias) in t.chunks_exact_mut(w).zip(bp) {
+                                row.fill(bias);
+                            }
+                            // SAFETY: `wp` is `c x c_in` (checked above), the packed block
+                            // `c_in x w`, `t` this worker's `c x w` block (row stride `w`).
+                            unsafe {
+                                packed_a_unchecked(
+                                    wp,
+                                    &s.xp,
+                                    0..c_in,
+                                    0..w,
+                                    t.as_mut_ptr(),
+                                    w,
+                                    true,
+                                );
+                            }
+                            (&s.t[..c * w], w, 0)
+                        }
+                        (None, Some(gate), _) => {
                             let t = &mut s.t[..c * w];
                             let gate = &gate[b * c..(b + 1) * c];
                             for ((row, &g), plane) in
@@ -263,7 +319,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        (Some(dw), _) => {
+                        (Some(dw), _, _) => {
                             let t = &mut s.t[..c * w];
                             // Row segments of the flattened pixel range `j0 .. j0 + w`.
                             let mut j = j0;
@@ -283,9 +339,12 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        (None, None) => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
+                        (None, None, None) => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
                     };
-                    let src = if self.token_mixer.is_some() || self.gate.is_some() {
+                    let src = if self.token_mixer.is_some()
+                        || self.gate.is_some()
+                        || self.projection.is_some()
+                    {
                         res
                     } else {
                         &img[j0..]

@@ -235,6 +235,20 @@ impl Downsample {
             "dw 3x3 stride 2",
             || self.spatial.forward(&x),
         )?;
+        // The 1x1 inside the FFN's pass (per pixel block, the same sums) where both run exact.
+        let ffn = &self.ffn;
+        let fused = timed_if(
+            || name("ffn"),
+            "1x1 + mlp (1x1, gelu, 1x1, residual), one pass",
+            || {
+                ffn.conv1
+                    .channel_mixer_after_projection(&ffn.conv2, &self.channel, &x)
+            },
+            |y| matches!(y, Ok(Some(_))),
+        )?;
+        if let Some(y) = fused {
+            return Ok(y);
+        }
         let x = timed(
             || name("channel_downsample"),
             "1x1",
