@@ -915,7 +915,7 @@ mod tests {
             let panels = PackedB::from_rows(&b, k, n, n);
             let mut rows = PackedB::zeroed_row_major(k, n, n + 16);
             let ld = rows.row_stride();
-            assert!(ld >= n && ld % 16 == 0, "{ld}");
+            assert!(ld >= n && ld.is_multiple_of(16), "{ld}");
             for (dst, src) in rows.rows_mut(n).chunks_mut(ld).zip(b.chunks(n)) {
                 dst[..n].copy_from_slice(src);
             }
