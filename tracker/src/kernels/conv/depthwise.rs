@@ -9,12 +9,12 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
 use crate::kernels::cpu::Isa;
 use crate::kernels::f32_slice;
+use crate::kernels::simd::{self, dispatch, F32s};
 
 /// Outputs per task worth a hand-out of their own (with `MIN_TASK_MACS`'s wake-up cost): a
 /// depthwise output costs a few loads and `k * k` multiply-adds, bound by memory rather than
 /// arithmetic.
 const PLANE_VALUES_PER_TASK: usize = 1 << 14;
-use crate::kernels::simd::{self, dispatch, F32s};
 
 /// A depthwise `k x k` convolution with bias, square stride and zero padding (public for the
 /// kernel benchmarks in `benches/`).
@@ -45,9 +45,9 @@ impl Depthwise {
         padding: usize,
     ) -> candle_core::Result<Self> {
         let (channels, one, k, k2) = weight.dims4()?;
-        if one != 1 || k != k2 || stride == 0 {
+        if one != 1 || k != k2 || k == 0 || stride == 0 {
             candle_core::bail!(
-                "depthwise conv expects a [C, 1, k, k] kernel and stride > 0, got {:?} / stride {stride}",
+                "depthwise conv expects a [C, 1, k, k] kernel (k > 0) and stride > 0, got {:?} / stride {stride}",
                 weight.dims()
             );
         }
@@ -181,9 +181,9 @@ impl Kernel {
         });
     }
 
-    /// One channel plane: stride-1 "same" convolutions (RepViT's 3x3 token mixers, the memory
+    /// One channel plane: stride 1 and 2 (RepViT's 3x3 token mixers and downsamples, the memory
     /// fuser's 7x7) in register tiles over a zero-padded copy of the plane
-    /// ([`Self::plane_padded`]), everything else tap by tap.
+    /// ([`Self::plane_padded`]), other strides tap by tap.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn plane<V: F32s>(
@@ -237,11 +237,13 @@ impl Kernel {
         let wk = &self.weight[c * k * k..(c + 1) * k * k];
         let b = self.bias[c];
         let seg = NV * V::LANES;
-        // A phase holds every output segment's columns plus the taps' reach past them.
-        let phase = ow.div_ceil(seg) * seg + (k - 1) / s;
+        // A phase holds every output segment's columns plus the taps' reach past them, and
+        // every input column (`k >= 1`: `Depthwise::new` refuses an empty kernel).
+        let phase = (ow.div_ceil(seg) * seg + (k - 1) / s).max((w + p).div_ceil(s));
         let len = s * phase;
-        // Padded rows: every output row's taps, `(oh - 1) * s + k <= h + 2p`.
-        let rows = h + 2 * p;
+        // Padded rows: every output row's taps (`(oh - 1) * s + k`, more than `h + 2p` only when
+        // the kernel is larger than the padded plane) and every input row; zero past the input.
+        let rows = (h + 2 * p).max(oh.saturating_sub(1) * s + k);
         pad.resize(rows * len, 0.0);
         let pad = &mut pad[..rows * len];
         pad[..p * len].fill(0.0);
@@ -669,6 +671,9 @@ mod tests {
             (3, 2, 1, 2, 3),
             (3, 2, 0, 7, 7),
             (5, 2, 2, 9, 13),
+            // Kernels larger than the padded plane (a checkpoint's shapes are not ours to pick).
+            (7, 1, 1, 3, 3),
+            (5, 2, 0, 2, 2),
         ] {
             let (dw, inp, (oh, ow)) = random_plane(k, s, p, h, w)?;
             let kern = &dw.kernel;
