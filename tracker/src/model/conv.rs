@@ -6,7 +6,7 @@
 use candle_core::{DType, Tensor};
 use candle_nn::VarBuilder;
 
-use crate::kernels::conv::channel_mixer::{channel_mixer, ChannelMixer};
+use crate::kernels::conv::channel_mixer::{channel_mixer, ChannelMixer, MixerInput};
 use crate::kernels::conv::dense::{dense_conv, dense_conv_reference, DenseConv, DenseEpilogue};
 use crate::kernels::conv::depthwise::Depthwise;
 use crate::kernels::conv::pointwise::{
@@ -224,24 +224,10 @@ impl Pointwise {
         token_mixer: &Depthwise,
         x: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let Some(bf16) = self.mixer_weights(conv2) else {
-            return Ok(None);
-        };
-        if !fused_ok(x) || !token_mixer.is_same_size() {
+        if !token_mixer.is_same_size() {
             return Ok(None);
         }
-        let op = ChannelMixer {
-            w1: &self.packed_weight,
-            b1: &self.host_bias,
-            w2: &conv2.packed_weight,
-            b2: &conv2.host_bias,
-            scale: None,
-            token_mixer: Some(token_mixer),
-            gate: None,
-            projection: None,
-            bf16,
-        };
-        Ok(Some(channel_mixer(x, x, &op)?))
+        self.fused_mixer(conv2, x, x, None, MixerInput::TokenMixer(token_mixer))
     }
 
     /// `t + conv2(gelu(self(t)))` with `t = x * gate` (squeeze-excite's product, `gate` one
@@ -253,24 +239,7 @@ impl Pointwise {
         x: &Tensor,
         gate: &[f32],
     ) -> candle_core::Result<Option<Tensor>> {
-        let Some(bf16) = self.mixer_weights(conv2) else {
-            return Ok(None);
-        };
-        if !fused_ok(x) {
-            return Ok(None);
-        }
-        let op = ChannelMixer {
-            w1: &self.packed_weight,
-            b1: &self.host_bias,
-            w2: &conv2.packed_weight,
-            b2: &conv2.host_bias,
-            scale: None,
-            token_mixer: None,
-            gate: Some(gate),
-            projection: None,
-            bf16,
-        };
-        Ok(Some(channel_mixer(x, x, &op)?))
+        self.fused_mixer(conv2, x, x, None, MixerInput::Gated(gate))
     }
 
     /// `t + conv2(gelu(self(t)))` with `t = projection(x)` (a 1x1 conv, RepViT's
@@ -283,24 +252,11 @@ impl Pointwise {
         projection: &Pointwise,
         x: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let Some(bf16) = self.mixer_weights(conv2) else {
-            return Ok(None);
-        };
-        if !fused_ok(x) || projection.bf16.is_some() {
+        if projection.bf16.is_some() {
             return Ok(None);
         }
-        let op = ChannelMixer {
-            w1: &self.packed_weight,
-            b1: &self.host_bias,
-            w2: &conv2.packed_weight,
-            b2: &conv2.host_bias,
-            scale: None,
-            token_mixer: None,
-            gate: None,
-            projection: Some((&projection.packed_weight, &projection.host_bias)),
-            bf16,
-        };
-        Ok(Some(channel_mixer(x, x, &op)?))
+        let input = MixerInput::Projected(&projection.packed_weight, &projection.host_bias);
+        self.fused_mixer(conv2, x, x, None, input)
     }
 
     /// The fused MLP's products: both exact (`Some(None)`), both bf16, or `None` when only one
@@ -327,6 +283,20 @@ impl Pointwise {
         residual: &Tensor,
         scale: Option<&[f32]>,
     ) -> candle_core::Result<Option<Tensor>> {
+        self.fused_mixer(conv2, x, residual, scale, MixerInput::Map)
+    }
+
+    /// The channel-mixer op with `self` as `conv1` on CPU f32 tensors, its MLP input formed as
+    /// `input` says; `None` where it does not apply (another device or dtype, or only one conv
+    /// switched to bf16).
+    fn fused_mixer(
+        &self,
+        conv2: &Pointwise,
+        x: &Tensor,
+        residual: &Tensor,
+        scale: Option<&[f32]>,
+        input: MixerInput,
+    ) -> candle_core::Result<Option<Tensor>> {
         let Some(bf16) = self.mixer_weights(conv2) else {
             return Ok(None);
         };
@@ -339,9 +309,7 @@ impl Pointwise {
             w2: &conv2.packed_weight,
             b2: &conv2.host_bias,
             scale,
-            token_mixer: None,
-            gate: None,
-            projection: None,
+            input,
             bf16,
         };
         Ok(Some(channel_mixer(x, residual, &op)?))

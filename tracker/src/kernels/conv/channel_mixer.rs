@@ -38,28 +38,32 @@ pub(crate) struct ChannelMixer<'a> {
     pub w2: &'a PackedA,
     pub b2: &'a [f32],
     pub scale: Option<&'a [f32]>,
-    /// A stride-1 depthwise conv applied first (RepViT's token mixer of a block without
-    /// squeeze-excite): each task computes it for its own pixels, and its output is both the
-    /// MLP's input and the residual, so it never goes to memory. The op's inputs are then the
-    /// block input (twice).
-    pub token_mixer: Option<&'a super::depthwise::Depthwise>,
-    /// Squeeze-excite's gate, one value per (image, channel): the MLP's input and residual are
-    /// `x * gate`, formed per pixel block (the same products as multiplying the whole map
-    /// first), so the gated map never goes to memory. The op's inputs are then the block input
-    /// (twice). Not with a token mixer.
-    pub gate: Option<&'a [f32]>,
-    /// A 1x1 conv applied first (weight `[c, c_in]`, bias `[c]`; RepViT's downsample: its
-    /// `channel_downsample` before the FFN): each task computes it for its own pixels, and its
-    /// output is both the MLP's input and the residual, so it never goes to memory. The op's
-    /// inputs are then the `c_in`-channel block input (twice). Not with a token mixer or gate.
-    pub projection: Option<(&'a PackedA, &'a [f32])>,
+    /// What the MLP's input block is made from.
+    pub input: MixerInput<'a>,
     /// Both convs' weights as bf16 pairs (the bf16 fast mode): the products take bf16 inputs
     /// with f32 accumulation; the block, GELU, bias, scale and residual stay as above.
     pub bf16: Option<(&'a PackedWeight, &'a PackedWeight)>,
 }
 
+/// The MLP's input (and, but for [`MixerInput::Map`], its residual), formed per pixel block:
+/// the ops before the mixer then never write their output to memory. Except for `Map`, the op's
+/// inputs are the block input (twice).
+#[derive(Clone, Copy)]
+pub(crate) enum MixerInput<'a> {
+    /// The op's first input as it is (the residual is its second input).
+    Map,
+    /// A stride-1 depthwise conv of the input (RepViT's token mixer of a block without
+    /// squeeze-excite).
+    TokenMixer(&'a super::depthwise::Depthwise),
+    /// `x * gate`, squeeze-excite's product, one gate value per (image, channel).
+    Gated(&'a [f32]),
+    /// A 1x1 conv of the `c_in`-channel input (weight `[c, c_in]`, bias `[c]`: RepViT's
+    /// downsample's `channel_downsample` before its FFN).
+    Projected(&'a PackedA, &'a [f32]),
+}
+
 /// `residual + scale * conv2(gelu(conv1(x)))` as one pass over pixel blocks (NCHW f32 on the
-/// CPU; with a token mixer, `x` and `residual` are both the block input).
+/// CPU; with an input formed per block, `x` and `residual` are both the block input).
 pub(crate) fn channel_mixer(
     x: &Tensor,
     residual: &Tensor,
@@ -158,15 +162,12 @@ impl CustomOp2 for ChannelMixer<'_> {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, c_in, height, width) = layout.shape().dims4()?;
         // The MLP's channels: the input's, or the projection's outputs.
-        let c = match self.projection {
-            Some((wp, bp)) => {
-                if (wp.m(), wp.k()) != (bp.len(), c_in)
-                    || self.token_mixer.is_some()
-                    || self.gate.is_some()
-                {
+        let c = match self.input {
+            MixerInput::Projected(wp, bp) => {
+                if (wp.m(), wp.k()) != (bp.len(), c_in) {
                     candle_core::bail!(
                         "channel mixer: a {}x{} projection with {} biases for {c_in} input \
-                         channels (not with a token mixer or gate)",
+                         channels",
                         wp.m(),
                         wp.k(),
                         bp.len()
@@ -174,14 +175,15 @@ impl CustomOp2 for ChannelMixer<'_> {
                 }
                 wp.m()
             }
-            None => c_in,
+            _ => c_in,
         };
+        let per_block = !matches!(self.input, MixerInput::Map);
         let hid = self.b1.len();
         // Output channels: `c` for RepViT and the fuser; fewer when a projection is folded into
         // `conv2` (the memory encoder's last fuser block).
         let co = self.b2.len();
         // With a projection the residual input is the block input itself (unused).
-        let res_ch = if self.projection.is_some() { c_in } else { co };
+        let res_ch = if per_block { c_in } else { co };
         if res_layout.shape().dims() != [n, res_ch, height, width] {
             candle_core::bail!(
                 "conv MLP: residual {:?} does not fit the input {:?} and {co} output channels",
@@ -203,27 +205,24 @@ impl CustomOp2 for ChannelMixer<'_> {
                 self.b2.len()
             );
         }
-        if self
-            .token_mixer
-            .is_some_and(|t| !t.is_same_size() || t.channels() != c || co != c)
-        {
+        if per_block && co != c {
             candle_core::bail!(
-                "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
+                "channel mixer: a residual formed per block needs {c} outputs, not {co}"
             );
         }
-        if let Some(g) = self.gate {
-            if g.len() != n * c || co != c || self.token_mixer.is_some() {
+        match self.input {
+            MixerInput::TokenMixer(t) if !t.is_same_size() || t.channels() != c => {
                 candle_core::bail!(
-                    "channel mixer: a gate of {} values for {n} image(s) of {c} channels \
-                     ({co} outputs{})",
-                    g.len(),
-                    if self.token_mixer.is_some() {
-                        ", with a token mixer"
-                    } else {
-                        ""
-                    }
+                    "channel mixer: the fused token mixer must be a {c}-channel same-size conv"
                 );
             }
+            MixerInput::Gated(g) if g.len() != n * c => {
+                candle_core::bail!(
+                    "channel mixer: a gate of {} values for {n} image(s) of {c} channels",
+                    g.len()
+                );
+            }
+            _ => {}
         }
         let x = f32_slice(storage, layout, "conv MLP input")?;
         let res = f32_slice(res_storage, res_layout, "conv MLP residual")?;
@@ -259,18 +258,15 @@ impl CustomOp2 for ChannelMixer<'_> {
                 hidden: vec![0f32; if self.bf16.is_some() { hid * COLS } else { 0 }],
                 h: PackedB::zeroed(if self.bf16.is_some() { 0 } else { hid }, COLS),
                 y: vec![0f32; co * COLS],
-                t: vec![
-                    0f32;
-                    if self.token_mixer.is_some()
-                        || self.gate.is_some()
-                        || self.projection.is_some()
-                    {
-                        c * COLS
+                t: vec![0f32; if per_block { c * COLS } else { 0 }],
+                xp: PackedB::zeroed(
+                    if matches!(self.input, MixerInput::Projected(..)) {
+                        c_in
                     } else {
                         0
-                    }
-                ],
-                xp: PackedB::zeroed(if self.projection.is_some() { c_in } else { 0 }, COLS),
+                    },
+                    COLS,
+                ),
                 pairs: if self.bf16.is_some() {
                     BlockScratch::new(c.max(hid), COLS)
                 } else {
@@ -283,8 +279,8 @@ impl CustomOp2 for ChannelMixer<'_> {
                     let w = cols.min(hw - j0);
                     let img = &x[b * c_in * hw..(b + 1) * c_in * hw];
                     // The MLP input (and residual) block: rows of `res`, `ld` apart, from `r0`.
-                    let (res, ld, r0) = match (self.token_mixer, self.gate, self.projection) {
-                        (None, None, Some((wp, bp))) => {
+                    let (res, ld, r0) = match self.input {
+                        MixerInput::Projected(wp, bp) => {
                             // As the 1x1 conv's own pass computes it: the bias, then the
                             // product accumulated onto it (the same sums).
                             s.xp.fill_columns_from_rows(&img[j0..], hw, w);
@@ -307,7 +303,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        (None, Some(gate), _) => {
+                        MixerInput::Gated(gate) => {
                             let t = &mut s.t[..c * w];
                             let gate = &gate[b * c..(b + 1) * c];
                             for ((row, &g), plane) in
@@ -319,7 +315,7 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        (Some(dw), _, _) => {
+                        MixerInput::TokenMixer(dw) => {
                             let t = &mut s.t[..c * w];
                             // Row segments of the flattened pixel range `j0 .. j0 + w`.
                             let mut j = j0;
@@ -339,16 +335,9 @@ impl CustomOp2 for ChannelMixer<'_> {
                             }
                             (&s.t[..c * w], w, 0)
                         }
-                        (None, None, None) => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
+                        MixerInput::Map => (&res[b * co * hw..(b + 1) * co * hw], hw, j0),
                     };
-                    let src = if self.token_mixer.is_some()
-                        || self.gate.is_some()
-                        || self.projection.is_some()
-                    {
-                        res
-                    } else {
-                        &img[j0..]
-                    };
+                    let src = if per_block { res } else { &img[j0..] };
                     if self.bf16.is_some() {
                         let hidden = &mut s.hidden[..hid * w];
                         for (row, &bias) in hidden.chunks_mut(w).zip(self.b1) {
