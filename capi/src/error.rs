@@ -109,7 +109,9 @@ fn tracker_status(e: &TrackerError) -> EdgetamStatus {
         | TrackerError::WeightShape { .. }
         | TrackerError::UnexpectedWeights { .. }
         | TrackerError::Hub(_) => EdgetamStatus::Model,
-        TrackerError::InputSize { .. } => EdgetamStatus::InvalidArgument,
+        TrackerError::InputSize { .. } | TrackerError::Bf16Policy(_) => {
+            EdgetamStatus::InvalidArgument
+        }
         TrackerError::Limit(_) | TrackerError::InvalidFrame(FrameError::OverLimit { .. }) => {
             EdgetamStatus::Limit
         }

@@ -183,6 +183,7 @@ pub(crate) fn tracker_kind(e: &edgetam_tracker::Error) -> Kind {
         | E::InvalidDevice(_)
         | E::Limit(_)
         | E::Isa(_)
+        | E::Bf16Policy(_)
         | E::PrecisionUnavailable { .. } => Kind::Input,
         E::InvalidFrame(_) | E::InvalidImage(_) => Kind::Frame,
         E::InvalidPrompt(_) => Kind::Prompt,

@@ -72,6 +72,10 @@ pub enum Error {
     /// `EDGETAM_ISA` names an instruction set that is unknown or that this CPU lacks.
     #[error(transparent)]
     Isa(#[from] crate::kernels::cpu::IsaError),
+    /// `EDGETAM_BF16_POLICY` (the fast mode's per-group precision override) is malformed or
+    /// names a group or precision that does not exist.
+    #[error(transparent)]
+    Bf16Policy(#[from] crate::model::bf16_policy::PolicyError),
     /// The requested compute device is unknown or unavailable in this build.
     #[error("invalid device {0}")]
     InvalidDevice(String),

@@ -107,10 +107,6 @@ fn compare(dir: &std::path::Path) -> Option<Worst> {
     fast.try_set_precision(Precision::Bf16)
         .expect("bf16 where it is available");
     assert_eq!(fast.precision(), Precision::Bf16);
-    if let Ok(stages) = std::env::var("EDGETAM_BF16_STAGES") {
-        let stages: Vec<&str> = stages.split(',').collect();
-        fast.set_bf16_stages(&stages).expect("stages");
-    }
     let exact = Arc::new(fx.model(&base, &Device::Cpu).expect("model"));
     let a = replay(&fx, exact).expect("f32 replay");
     let b = replay(&fx, Arc::new(fast)).expect("bf16 replay");
@@ -247,4 +243,49 @@ fn bf16_tolerance_seed_111() {
 #[test]
 fn bf16_tolerance_long_seed_402() {
     check("tolerance_long_seed_0402");
+}
+
+/// The fast mode's per-group policy reaches the model: with every group exact f32 the bf16
+/// mode is exact f32 bit for bit, and one group switched to plain bf16 moves the outputs (so
+/// the sensitivity tool's measurements measure that group).
+#[test]
+fn the_bf16_policy_switches_groups_and_nothing_else() {
+    let dir = fixtures().join("tolerance_seed_0104");
+    let fx = SequenceFixture::load(&dir).expect("sequence fixture");
+    let base =
+        Weights::load(fixtures().join("model/model.safetensors"), &Device::Cpu).expect("weights");
+    let mut all_exact = fx.model(&base, &Device::Cpu).expect("model");
+    if Precision::Bf16.available_on(&Device::Cpu).is_err() {
+        assert!(matches!(
+            all_exact.try_set_bf16_policy("*=f32"),
+            Err(Error::PrecisionUnavailable { .. })
+        ));
+        return;
+    }
+    match all_exact.try_set_bf16_policy("fpn=int8") {
+        Err(Error::Bf16Policy(e)) => assert!(e.to_string().contains("fpn"), "{e}"),
+        other => panic!("a bad override must be refused, got {other:?}"),
+    }
+    assert_eq!(all_exact.precision(), Precision::F32);
+    all_exact.try_set_bf16_policy("*=f32").expect("policy");
+    assert_eq!(all_exact.precision(), Precision::Bf16);
+    let mut fpn_only = fx.model(&base, &Device::Cpu).expect("model");
+    fpn_only
+        .try_set_bf16_policy("*=f32,fpn=bf16")
+        .expect("policy");
+    let exact = Arc::new(fx.model(&base, &Device::Cpu).expect("model"));
+    let a = replay(&fx, exact).expect("f32 replay");
+    let b = replay(&fx, Arc::new(all_exact)).expect("all-exact bf16 replay");
+    let c = replay(&fx, Arc::new(fpn_only)).expect("fpn-bf16 replay");
+    let scores = |r: &[edgetam_tracker::FrameResult]| -> Vec<u32> {
+        r.iter()
+            .flat_map(|f| f.objects.iter().map(|o| o.score.to_bits()))
+            .collect()
+    };
+    assert_eq!(scores(&a), scores(&b), "every group f32 must be exact f32");
+    assert_ne!(
+        scores(&a),
+        scores(&c),
+        "the FPN in bf16 must move the scores"
+    );
 }

@@ -84,6 +84,7 @@ impl Pointwise {
 
     /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
     /// input width, tiny spatial sizes, or a CPU without AVX512-BF16).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn set_bf16(&mut self, on: bool) {
         self.set_rounding(on.then_some(Rounding::Bf16));
     }
@@ -338,6 +339,7 @@ pub(crate) struct Dense {
 impl Dense {
     /// Switches bf16 products on or off (stays exact where the kernel does not apply: an odd
     /// `in * k * k`, or no AVX512-BF16).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn set_bf16(&mut self, on: bool) {
         self.set_rounding(on.then_some(Rounding::Bf16));
     }

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::frame::postprocess;
 use crate::frame::preprocess;
 use crate::frame::Frame;
+use crate::model::bf16_policy::Bf16Policy;
 use crate::model::config::EdgeTamConfig;
 use crate::model::decoder::{DecoderInputs, MaskDecoder};
 use crate::model::image_encoder::{ImageEncoder, ImageFeatures};
@@ -306,39 +307,58 @@ impl EdgeTam {
         self.switch_precision(precision)
     }
 
-    /// Switches every stage to `precision`, which the caller checked can run here. On a failure
-    /// (packing the bf16 weights) every stage is back on exact f32.
+    /// Switches every stage to `precision`, which the caller checked can run here: for bf16,
+    /// each layer group as [`BF16_POLICY`](crate::model::bf16_policy::BF16_POLICY) (with
+    /// `EDGETAM_BF16_POLICY`'s overrides) sets it. On a failure (a malformed override, packing
+    /// the bf16 weights) every stage is back on exact f32.
     fn switch_precision(&mut self, precision: crate::Precision) -> Result<()> {
-        let on = precision == crate::Precision::Bf16;
-        // The image encoder takes split (f32-accurate) products where AMX runs them, else
-        // stays exact (see `ImageEncoder::set_bf16`).
-        self.image_encoder.set_bf16(on);
-        self.video.memory_encoder.set_bf16(on);
-        if let Err(e) = self.video.memory_attention.set_bf16_products(on) {
-            // Packing failed (out of memory?): stay exact rather than half switched.
-            let _ = self.video.memory_attention.set_bf16_products(false);
-            self.image_encoder.set_bf16(false);
-            self.video.memory_encoder.set_bf16(false);
+        let policy = match precision {
+            crate::Precision::Bf16 => Bf16Policy::from_env(),
+            crate::Precision::F32 => Ok(Bf16Policy::exact()),
+        };
+        self.switch_with_policy(precision, policy)
+    }
+
+    /// The fast mode with `overrides` of its per-group table (`group=precision,...`, as
+    /// `EDGETAM_BF16_POLICY` takes them; `""`: the table), whatever that variable says: for
+    /// the sensitivity tool's checks and tests. Fails as [`Self::try_set_precision`] does, and
+    /// on a malformed override.
+    #[doc(hidden)]
+    pub fn try_set_bf16_policy(&mut self, overrides: &str) -> Result<()> {
+        crate::Precision::Bf16.available_on(&self.device)?;
+        self.switch_with_policy(crate::Precision::Bf16, overrides.parse())
+    }
+
+    fn switch_with_policy(
+        &mut self,
+        precision: crate::Precision,
+        policy: std::result::Result<Bf16Policy, crate::model::bf16_policy::PolicyError>,
+    ) -> Result<()> {
+        let applied = policy
+            .map_err(Error::from)
+            .and_then(|p| self.apply_policy(&p).map_err(Error::from));
+        if let Err(e) = applied {
+            // Stay exact rather than half switched.
+            let _ = self.apply_policy(&Bf16Policy::exact());
             self.precision = crate::Precision::F32;
-            return Err(e.into());
+            return Err(e);
         }
         self.precision = precision;
         Ok(())
     }
 
-    /// Diagnosis of the bf16 mode: bf16 products stage by stage (`set_precision(Bf16)` turns all
-    /// of them on); the names are the parts in `stages`: `image_encoder`, `memory_encoder`,
-    /// `self_attn`, `cross_attn`, `mlp` (the memory attention's). Unknown names are ignored.
-    #[doc(hidden)]
-    pub fn set_bf16_stages(&mut self, stages: &[&str]) -> Result<()> {
-        let runs = crate::Precision::Bf16.available_on(&self.device).is_ok();
-        let on = |name: &str| runs && stages.contains(&name);
-        self.image_encoder.set_bf16(on("image_encoder"));
-        self.video.memory_encoder.set_bf16(on("memory_encoder"));
+    fn apply_policy(&mut self, policy: &Bf16Policy) -> candle_core::Result<()> {
+        use crate::model::bf16_policy::{GroupPrecision, LayerGroup};
+        let bf16 = |g| policy.get(g) == GroupPrecision::Bf16;
+        self.image_encoder.set_policy(policy);
         self.video
-            .memory_attention
-            .set_bf16_parts(on("self_attn"), on("cross_attn"), on("mlp"))?;
-        Ok(())
+            .memory_encoder
+            .set_rounding(policy.get(LayerGroup::MemoryEncoder).rounding());
+        self.video.memory_attention.set_bf16_parts(
+            bf16(LayerGroup::SelfAttention),
+            bf16(LayerGroup::CrossAttention),
+            bf16(LayerGroup::Mlp),
+        )
     }
 
     /// The precision in effect (see [`Self::set_precision`]).

@@ -20,6 +20,7 @@ use candle_nn::{Conv2dConfig, VarBuilder};
 use crate::error::{Error, Result};
 use crate::frame::postprocess::resize_logits;
 use crate::kernels::conv::depthwise::Depthwise;
+use crate::kernels::conv::pointwise_bf16::Rounding;
 use crate::kernels::gelu::gelu;
 use crate::kernels::mask_input::{mask_input, UnitMask};
 use crate::model::config::EdgeTamConfig;
@@ -168,23 +169,23 @@ fn config_error(message: String) -> Error {
 }
 
 impl MemoryEncoder {
-    /// Switches the convolutions' bf16 products on or off (the fast mode): the mask
+    /// Sets the convolutions' product rounding (the fast mode; `None`: exact): the mask
     /// downsampler's strided convs and the 1x1 convs, the fuser's fused MLPs (and the folded
     /// tail) included.
-    pub(crate) fn set_bf16(&mut self, on: bool) {
+    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>) {
         for layer in &mut self.down {
-            layer.conv.set_bf16(on);
+            layer.conv.set_rounding(rounding);
         }
-        self.final_conv.set_bf16(on);
-        self.feature_projection.set_bf16(on);
-        self.projection.set_bf16(on);
+        self.final_conv.set_rounding(rounding);
+        self.feature_projection.set_rounding(rounding);
+        self.projection.set_rounding(rounding);
         for block in &mut self.fuser {
-            block.pointwise1.set_bf16(on);
-            block.pointwise2.set_bf16(on);
+            block.pointwise1.set_rounding(rounding);
+            block.pointwise2.set_rounding(rounding);
         }
         if let Some(tail) = &mut self.tail {
-            tail.conv2.set_bf16(on);
-            tail.residual.set_bf16(on);
+            tail.conv2.set_rounding(rounding);
+            tail.residual.set_rounding(rounding);
         }
     }
 

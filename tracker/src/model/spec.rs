@@ -237,6 +237,9 @@ impl ModelSpec {
         }
         let device = parse_device(&self.device)?;
         self.precision.available_on(&device)?;
+        if self.precision == Precision::Bf16 {
+            crate::model::bf16_policy::Bf16Policy::from_env()?;
+        }
         Ok(device)
     }
 }

@@ -18,6 +18,7 @@ use candle_nn::VarBuilder;
 use crate::error::{Error, Result};
 use crate::instrument::layers::timed;
 use crate::kernels::conv::pointwise_bf16::Rounding;
+use crate::model::bf16_policy::{Bf16Policy, LayerGroup};
 use crate::model::config::EdgeTamConfig;
 use crate::model::conv::Pointwise;
 use crate::model::image_encoder::neck::VisionNeck;
@@ -131,26 +132,21 @@ impl ImageEncoder {
         })
     }
 
-    /// The fast mode's products for the whole encoder (backbone, FPN, high-resolution convs):
-    /// split (f32-accurate) tile products where AMX runs them, else exact f32.
-    ///
-    /// Plain bf16 is not used here: with the backbone's stride-16/32 stages in bf16 the masks
-    /// passed the mode's IoU bar on the sequences the choice was tuned on but not on fresh
-    /// ones (prompted-frame IoU 0.91, an object lost on a 30-frame sequence); every stage of
-    /// the encoder feeds every object's every frame, so its rounding errors reach every mask.
-    pub(crate) fn set_bf16(&mut self, on: bool) {
-        let rounding = (on && crate::kernels::amx::available()).then_some(Rounding::Split);
-        self.set_rounding(rounding, 0);
-    }
-
-    /// Every 1x1 and dense conv of the encoder to `rounding` (`None`: exact), the backbone
-    /// from stage `first_stage` on (earlier stages exact).
-    pub(crate) fn set_rounding(&mut self, rounding: Option<Rounding>, first_stage: usize) {
-        self.backbone.set_rounding_from(rounding, first_stage);
-        self.neck.set_rounding(rounding);
+    /// The fast mode's products per layer group as `policy` sets them (see
+    /// [`crate::model::bf16_policy`]; [`Bf16Policy::exact`] switches them off).
+    pub(crate) fn set_policy(&mut self, policy: &Bf16Policy) {
+        self.backbone
+            .set_stem_rounding(policy.get(LayerGroup::Stem).rounding());
+        for i in 0..4 {
+            self.backbone
+                .set_stage_rounding(i, policy.get(LayerGroup::Stage(i)).rounding());
+        }
+        self.neck
+            .set_rounding(policy.get(LayerGroup::Fpn).rounding());
+        let high_res = policy.get(LayerGroup::HighRes).rounding();
         self.high_res
             .iter_mut()
-            .for_each(|h| h.set_rounding(rounding));
+            .for_each(|h| h.set_rounding(high_res));
     }
 
     /// Encodes `[N, 3, S, S]` normalized pixels (see [`crate::frame::preprocess::preprocess`]).

@@ -296,18 +296,32 @@ impl RepVit {
     /// strides 4, 8, 16, 32.
     /// Sets the products' rounding of the convolutions of stages `first..` (and of the stem's
     /// second conv when `first` is 0); earlier ones stay exact.
+    #[cfg_attr(not(any(test, feature = "checks")), allow(dead_code))]
     pub(crate) fn set_rounding_from(&mut self, rounding: Option<Rounding>, first: usize) {
-        self.stem[1].set_rounding(rounding.filter(|_| first == 0));
-        for (i, stage) in self.stages.iter_mut().enumerate() {
-            let r = rounding.filter(|_| i >= first);
-            if let Some(d) = &mut stage.downsample {
-                d.pre_block.mlp.set_rounding(r);
-                d.channel.set_rounding(r);
-                d.ffn.set_rounding(r);
-            }
-            for b in &mut stage.blocks {
-                b.mlp.set_rounding(r);
-            }
+        self.set_stem_rounding(rounding.filter(|_| first == 0));
+        for i in 0..self.stages.len() {
+            self.set_stage_rounding(i, rounding.filter(|_| i >= first));
+        }
+    }
+
+    /// Sets the products' rounding of the stem's second conv (its first, with 3 input
+    /// channels, stays exact).
+    pub(crate) fn set_stem_rounding(&mut self, rounding: Option<Rounding>) {
+        self.stem[1].set_rounding(rounding);
+    }
+
+    /// Sets the products' rounding of stage `i`'s convolutions (none past the last stage).
+    pub(crate) fn set_stage_rounding(&mut self, i: usize, rounding: Option<Rounding>) {
+        let Some(stage) = self.stages.get_mut(i) else {
+            return;
+        };
+        if let Some(d) = &mut stage.downsample {
+            d.pre_block.mlp.set_rounding(rounding);
+            d.channel.set_rounding(rounding);
+            d.ffn.set_rounding(rounding);
+        }
+        for b in &mut stage.blocks {
+            b.mlp.set_rounding(rounding);
         }
     }
 

@@ -478,6 +478,7 @@ impl MemoryAttention {
     }
 
     /// Runs the attention products in bf16 (`true`) or exact f32 (`false`, the default).
+    #[cfg_attr(not(any(test, feature = "checks")), allow(dead_code))]
     pub(crate) fn set_bf16_products(&mut self, on: bool) -> candle_core::Result<()> {
         self.set_bf16_parts(on, on, on)
     }
