@@ -10,7 +10,7 @@ The bf16 fast mode's precision per layer group is one table (`tracker/src/model/
 tool drives an `edgetam` binary through that switch:
 
 * sensitivity, per group: every group exact f32 but that one in plain bf16 (bf16 inputs, f32
-  accumulation), tracked with `BIN track --dtype bf16` on each sequence and compared with
+  accumulation; `--alone split`: in split products), tracked with `BIN track --dtype bf16` on each sequence and compared with
   `--dtype f32` on the same frames and prompts: the worst mask IoU of any (frame, object), the
   share of pairs with IoU >= 0.99 and the presence (visibility) flips;
 * whole policies (`--policy SPEC`, repeatable; `default` is the table as compiled): the same
@@ -50,14 +50,9 @@ GROUPS = [
 LONG_FRAMES = 30
 
 
-def only(group: str) -> str:
-    """Every group exact but `group` in plain bf16."""
-    return f"*=f32,{group}=bf16"
-
-
-def with_bf16(group: str) -> str:
-    """The compiled table with `group` in plain bf16."""
-    return f"{group}=bf16"
+def only(group: str, precision: str) -> str:
+    """Every group exact but `group` in `precision`."""
+    return f"*=f32,{group}={precision}"
 
 
 class Sequence:
@@ -161,6 +156,43 @@ def timing(binary: str, variants: dict, size: int, rounds: int, frames: int) -> 
     return {name: {k: statistics.median(t[k] for t in ts) for k in ("encoder", "frame")} for name, ts in seen.items()}
 
 
+def plot(path: Path, points: list[tuple[str, float, float, bool]], xlabel: str) -> None:
+    """An SVG of (name, ms, worst IoU, keeps) points: time across, worst IoU up (on a
+    1 - IoU log scale, so 0.99 and 0.999 are told apart), the tolerance line at 0.99."""
+    import math
+    w, h, left, right, top, bottom = 760, 440, 70, 250, 20, 50
+    xs = [p[1] for p in points]
+    lo, hi = min(xs) * 0.95, max(xs) * 1.05
+
+    def fy(v: float) -> float:  # 1 - IoU from 1e-4 (top) to 1 (bottom)
+        e = min(max(1.0 - v, 1e-4), 1.0)
+        return top + (h - top - bottom) * (math.log10(e) + 4) / 4
+
+    def fx(v: float) -> float:
+        return left + (w - left - right) * (v - lo) / (hi - lo)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+           'font-size="11">', f'<rect width="{w}" height="{h}" fill="white"/>']
+    for v in (0.0, 0.9, 0.99, 0.999, 0.9999):
+        y = fy(v)
+        dash = ' stroke-dasharray="4 3"' if v == 0.99 else ""
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#bbb"{dash}/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{v:g}</text>')
+    for i in range(6):
+        v = lo + (hi - lo) * i / 5
+        out.append(f'<text x="{fx(v):.1f}" y="{h - bottom + 16}" text-anchor="middle">{v:.0f}</text>')
+    out.append(f'<text x="{(left + w - right) / 2}" y="{h - 10}" text-anchor="middle">{xlabel}</text>')
+    out.append(f'<text x="14" y="{(top + h - bottom) / 2}" transform="rotate(-90 14 {(top + h - bottom) / 2})" '
+               'text-anchor="middle">worst mask IoU against f32</text>')
+    for i, (name, ms, worst, ok) in enumerate(points):
+        x, y = fx(ms), fy(worst)
+        color = "#1a7f37" if ok else "#cf222e"
+        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"/>')
+        out.append(f'<text x="{x + 6:.1f}" y="{y - 4 + 12 * (i % 3):.1f}" fill="{color}">{name}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("binary")
@@ -169,18 +201,24 @@ def main() -> None:
     ap.add_argument("--policy", action="append", default=[],
                     help="a whole policy to check (`default`, or overrides such as backbone.stage3=bf16)")
     ap.add_argument("--no-sensitivity", action="store_true", help="only the policies given")
+    ap.add_argument("--alone", default="bf16", choices=["bf16", "split"],
+                    help="the precision a group is switched to alone (split: the f32-accurate AMX products)")
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--no-accuracy", action="store_true", help="only the timing (no sequences tracked)")
     ap.add_argument("--time-size", type=int, default=512)
     ap.add_argument("--time-rounds", type=int, default=3)
     ap.add_argument("--time-frames", type=int, default=8)
     ap.add_argument("--markdown", type=Path, help="also write the tables here")
+    ap.add_argument("--plot", type=Path, help="an SVG of the policies: frame ms against worst IoU")
+    ap.add_argument("--anchor", action="append", default=[],
+                    help="an outside point for the plot, NAME=FRAME_MS:WORST_IOU (e.g. another engine)")
     args = ap.parse_args()
     groups = [g for g in args.groups.split(",") if g]
 
     variants = {}  # name -> (policy for accuracy, policy for timing)
     if not args.no_sensitivity:
         for g in groups:
-            variants[f"{g} alone in bf16"] = (only(g), with_bf16(g))
+            variants[f"{g} alone in {args.alone}"] = (only(g, args.alone), f"{g}={args.alone}")
     for p in args.policy:
         spec = "" if p == "default" else p
         variants[f"policy: {p}"] = (spec, spec)
@@ -188,12 +226,12 @@ def main() -> None:
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         seqs = []
-        for i, path in enumerate(args.sequences):
+        for i, path in enumerate([] if args.no_accuracy else args.sequences):
             s = Sequence(path, Path(tmp) / f"s{i}")
             seqs.append((s, s.track(args.binary, "f32", None)))
             print(f"{path.name}: input {s.size}, {s.frames} frames, f32 tracked", file=sys.stderr, flush=True)
         acc = {}
-        for name, (policy, _) in variants.items():
+        for name, (policy, _) in ([] if args.no_accuracy else variants.items()):
             per_seq = [(s, compare(exact, s.track(args.binary, "bf16", policy))) for s, exact in seqs]
             acc[name] = (verdict(per_seq), per_seq)
             w, share, flips, ok = acc[name][0]
@@ -221,13 +259,26 @@ def main() -> None:
                   f"encoder {base['encoder']:.2f} ms, frame {base['frame']:.2f} ms. A group alone is timed as "
                   "the table with that group in plain bf16.", ""]
     lines += [head, rule]
-    for name, ((w, share, flips, ok), per_seq) in acc.items():
-        row = (f"| {name} | {w:.4f} | {100 * share:.1f} % | {flips} | {'keeps' if ok else 'breaks'} "
-               f"| {breaking(per_seq)} |")
+    for name in variants:
+        if name in acc:
+            (w, share, flips, ok), per_seq = acc[name]
+            row = (f"| {name} | {w:.4f} | {100 * share:.1f} % | {flips} | {'keeps' if ok else 'breaks'} "
+                   f"| {breaking(per_seq)} |")
+        else:
+            row = f"| {name} | - | - | - | - | - |"
         if times:
             t = times[name]
             row += f" {t['encoder']:.2f} | {t['frame']:.2f} | {t['frame'] / base['frame']:.3f} |"
         lines.append(row)
+    if args.plot and times:
+        # Whole policies only: a group alone is measured exact elsewhere but timed in the table.
+        points = [(n.removeprefix("policy: "), times[n]["frame"], w, ok)
+                  for n, ((w, _, _, ok), _) in acc.items() if n.startswith("policy: ")]
+        for a in args.anchor:
+            name, _, rest = a.partition("=")
+            ms, _, worst = rest.partition(":")
+            points.append((name, float(ms), float(worst), float(worst) >= 0.99))
+        plot(args.plot, points, f"frame ms at {args.time_size}, 1 object, 2 threads")
     text = "\n".join(lines)
     print(text)
     if args.markdown:

@@ -68,7 +68,8 @@ pub(super) enum StartError {
     },
     #[error("bad `device`: {0}")]
     Device(edgetam_tracker::Error),
-    /// `precision=bf16` where it cannot run (the message says why): refused, not run as f32.
+    /// `precision=bf16` where it cannot run (the message says why), or with a malformed
+    /// `EDGETAM_BF16_POLICY`: refused, not run as f32.
     #[error("{0}")]
     Precision(edgetam_tracker::Error),
     #[error("bad `prompts`: {0}")]
@@ -87,7 +88,8 @@ impl StartError {
     pub(super) fn of_settings(path: &str, e: edgetam_tracker::Error) -> Self {
         match e {
             edgetam_tracker::Error::InvalidDevice(_) => Self::Device(e),
-            edgetam_tracker::Error::PrecisionUnavailable { .. } => Self::Precision(e),
+            edgetam_tracker::Error::PrecisionUnavailable { .. }
+            | edgetam_tracker::Error::Bf16Policy(_) => Self::Precision(e),
             source => Self::Model {
                 path: path.to_owned(),
                 source,

@@ -7,15 +7,15 @@ use std::str::FromStr;
 /// How the model computes its heaviest products.
 ///
 /// * [`Precision::F32`] (default): exact float32 everywhere; what the parity tests check.
-/// * [`Precision::Bf16`]: the fast mode, on CPUs with AVX512-BF16. These products take bf16
-///   inputs with f32 accumulation: memory attention's attention products (the folded
-///   cross-attention's too), projections and MLP; the memory encoder's 1x1 convolutions (its
-///   fuser's MLPs included); the image encoder's 1x1 convolutions from the backbone's
-///   stride-16 stage on, its FPN and high-resolution convs. Exact f32 stays where bf16 costs accuracy or gains nothing: the
-///   backbone's stride-4/8 stages (in bf16 they moved prompted-frame masks below the bar,
-///   IoU 0.9856), the decoder, norms, softmax and everything elementwise.
+/// * [`Precision::Bf16`]: the fast mode, on CPUs with AVX512-BF16. Its products take bf16
+///   inputs with f32 accumulation where that keeps the mode's tolerance (the memory
+///   attention's projections, attention products and MLP) and split bf16 products (accurate
+///   to about 16 bits, on AMX; exact f32 without it) in the image encoder, whose rounding
+///   reaches every object's every frame, and in the memory encoder. Which layer group runs which
+///   is one table, `BF16_POLICY` in `model/bf16_policy.rs`, chosen by measured sensitivity.
+///   Exact f32 stays in the decoder, norms, softmax and everything elementwise.
 ///   The mode's own tolerance: the binary masks keep an IoU >= 0.99 with the f32 path on every
-///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`; worst measured 0.9907).
+///   frame of the sequence fixtures (`tracker/tests/bf16_mode.rs`).
 ///   Elsewhere it cannot run: [`Self::available_on`] says why, and loading with it
 ///   ([`ModelSpec`](crate::ModelSpec)) fails with
 ///   [`Error::PrecisionUnavailable`](crate::Error::PrecisionUnavailable).
