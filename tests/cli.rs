@@ -739,6 +739,36 @@ fn bench_runs_every_input_size() {
     assert_eq!(sizes, [256, 512]);
 }
 
+/// A malformed `EDGETAM_BF16_POLICY` is a usage error naming the variable and what is wrong,
+/// before anything runs (where bf16 cannot run at all, that refusal comes first); a valid one
+/// runs, and f32 ignores it.
+#[test]
+fn a_bad_bf16_policy_is_refused_and_a_good_one_runs() {
+    let runs = edgetam::tracker::Precision::Bf16
+        .available_on(&candle_core::Device::Cpu)
+        .is_ok();
+    let run = |dtype: &str, policy: &str| {
+        let args = [&ONE_FRAME[..], &["--dtype", dtype]].concat();
+        bench("256", &args, &[("EDGETAM_BF16_POLICY", policy)])
+    };
+    let o = run("bf16", "decoder=bf16");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    if runs {
+        assert!(
+            e.contains("EDGETAM_BF16_POLICY: unknown layer group `decoder`"),
+            "{e}"
+        );
+        assert!(e.contains("backbone.stage3"), "the message lists the groups: {e}");
+        let o = run("bf16", "*=f32,memory_attention.mlp=bf16");
+        assert!(o.status.success(), "{}", stderr(&o));
+    } else {
+        assert!(e.contains("precision bf16 is not available here"), "{e}");
+    }
+    let o = run("f32", "decoder=bf16");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// `--dtype bf16` where bf16 cannot run (the kernels capped below avx512 by `EDGETAM_ISA`) is
 /// refused before the model loads, with the reason; never run in f32 instead. f32 still runs.
 #[test]
