@@ -759,7 +759,10 @@ fn a_bad_bf16_policy_is_refused_and_a_good_one_runs() {
             e.contains("EDGETAM_BF16_POLICY: unknown layer group `decoder`"),
             "{e}"
         );
-        assert!(e.contains("backbone.stage3"), "the message lists the groups: {e}");
+        assert!(
+            e.contains("backbone.stage3"),
+            "the message lists the groups: {e}"
+        );
         let o = run("bf16", "*=f32,memory_attention.mlp=bf16");
         assert!(o.status.success(), "{}", stderr(&o));
     } else {
