@@ -517,11 +517,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
     let runs = args.objects.len() * modes.len() * dtypes.len();
-    let cpu = format!(
+    let mut cpu = format!(
         "{}\nkernels: {}",
         CpuInfo::read().describe(),
         crate::kernel_path()?
     );
+    if let (true, Some(overrides)) = (dtypes.contains(&Precision::Bf16), bf16_policy_overrides()) {
+        cpu.push_str(&format!(
+            "\nbf16 policy overrides (EDGETAM_BF16_POLICY): {overrides}"
+        ));
+    }
     let mut reports = Vec::new();
     for size in sizes {
         // Loaded in bf16 when it is compared: a CPU that cannot run it refuses before the load.
@@ -788,6 +793,14 @@ impl CpuInfo {
     }
 }
 
+/// `EDGETAM_BF16_POLICY` when set: the bf16 runs' per-group precision differs from the
+/// compiled table, so a report says so.
+fn bf16_policy_overrides() -> Option<String> {
+    std::env::var("EDGETAM_BF16_POLICY")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
 /// The CPU and core count, for the JSON report.
 fn machine() -> serde_json::Value {
     let cpu = CpuInfo::read();
@@ -802,6 +815,7 @@ fn machine() -> serde_json::Value {
         "kernel_isa": edgetam::tracker::isa().map(|i| i.name()).unwrap_or("invalid EDGETAM_ISA"),
         "logical_cpus": logical,
         "implementation": "edgetam-rs",
+        "bf16_policy_overrides": bf16_policy_overrides(),
     })
 }
 

@@ -183,6 +183,11 @@ pub(crate) fn load_spec(args: &ModelArgs, spec: ModelSpec) -> Result<EdgeTam> {
     if let Backend::Cpu(_) = loaded.backend {
         eprintln!("kernels: {}", kernel_path()?);
     }
+    if precision == Precision::Bf16 {
+        if let Ok(overrides) = std::env::var("EDGETAM_BF16_POLICY") {
+            eprintln!("bf16 policy overrides (EDGETAM_BF16_POLICY): {overrides}");
+        }
+    }
     if let Some(path) = loaded.path.as_deref() {
         let from = if hub {
             format!(" (hub cache: {})", path.display())
