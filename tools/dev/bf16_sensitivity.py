@@ -37,9 +37,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bf16_tolerance import iou, results  # noqa: E402
+from bf16_tolerance import iou, prepare, results  # noqa: E402
 
 # The rows of BF16_POLICY (the binary refuses a name it does not know, naming the ones it does).
 GROUPS = [
@@ -58,18 +57,7 @@ def only(group: str, precision: str) -> str:
 class Sequence:
     def __init__(self, path: Path, work: Path):
         self.path, self.work = path, work
-        subprocess.run([sys.executable, str(ROOT / "tools/dev/sequence_to_track_args.py"), str(path), str(work)],
-                       check=True, capture_output=True)
-        model = work / "model"
-        model.mkdir(exist_ok=True)
-        (model / "config.json").write_text((path / "config.json").read_text())
-        weights = model / "model.safetensors"
-        if not weights.exists():
-            weights.symlink_to((ROOT / "fixtures/model/model.safetensors").resolve())
-        self.model = model
-        self.prompts = []
-        for spec in (work / "prompts.txt").read_text().splitlines():
-            self.prompts += ["--prompt", spec]
+        self.model, self.prompts = prepare(path, work)
         events = json.loads((path / "events.json").read_text())["events"]
         self.frames = 1 + max((e["frame"] for e in events), default=0)
         self.frames = max(self.frames, len(list((work / "frames").iterdir())))

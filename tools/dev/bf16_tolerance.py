@@ -38,7 +38,9 @@ def results(out: Path) -> dict:
     return rows
 
 
-def run(binary: str, seq: Path, work: Path) -> str:
+def prepare(seq: Path, work: Path) -> tuple[Path, list[str]]:
+    """`work/frames` and `work/prompts.txt` from the sequence, a model folder of its `config.json`
+    and the fixture weights; returns that folder and the `--prompt` arguments for `track`."""
     subprocess.run([sys.executable, str(ROOT / "tools/dev/sequence_to_track_args.py"), str(seq), str(work)],
                    check=True)
     model = work / "model"
@@ -50,6 +52,11 @@ def run(binary: str, seq: Path, work: Path) -> str:
     prompts = []
     for spec in (work / "prompts.txt").read_text().splitlines():
         prompts += ["--prompt", spec]
+    return model, prompts
+
+
+def run(binary: str, seq: Path, work: Path) -> str:
+    model, prompts = prepare(seq, work)
     for dtype in ("f32", "bf16"):
         subprocess.run([binary, "track", "--model", str(model), "--frames", str(work / "frames"), *prompts,
                         "--dtype", dtype, "--out", str(work / dtype)], check=True, capture_output=True)
