@@ -522,7 +522,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         CpuInfo::read().describe(),
         crate::kernel_path()?
     );
-    if let (true, Some(overrides)) = (dtypes.contains(&Precision::Bf16), bf16_policy_overrides()) {
+    if let (true, Some(overrides)) = (
+        dtypes.contains(&Precision::Bf16),
+        crate::bf16_policy_overrides(),
+    ) {
         cpu.push_str(&format!(
             "\nbf16 policy overrides (EDGETAM_BF16_POLICY): {overrides}"
         ));
@@ -793,14 +796,6 @@ impl CpuInfo {
     }
 }
 
-/// `EDGETAM_BF16_POLICY` when set: the bf16 runs' per-group precision differs from the
-/// compiled table, so a report says so.
-fn bf16_policy_overrides() -> Option<String> {
-    std::env::var("EDGETAM_BF16_POLICY")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-}
-
 /// The CPU and core count, for the JSON report.
 fn machine() -> serde_json::Value {
     let cpu = CpuInfo::read();
@@ -815,7 +810,7 @@ fn machine() -> serde_json::Value {
         "kernel_isa": edgetam::tracker::isa().map(|i| i.name()).unwrap_or("invalid EDGETAM_ISA"),
         "logical_cpus": logical,
         "implementation": "edgetam-rs",
-        "bf16_policy_overrides": bf16_policy_overrides(),
+        "bf16_policy_overrides": crate::bf16_policy_overrides(),
     })
 }
 

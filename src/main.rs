@@ -153,6 +153,14 @@ pub(crate) fn load_model(
     load_spec(args, spec.input_size(input_size).precision(precision))
 }
 
+/// `EDGETAM_BF16_POLICY` when set: the bf16 runs' per-group precision differs from the
+/// compiled table, so `track` and `bench` say so.
+pub(crate) fn bf16_policy_overrides() -> Option<String> {
+    std::env::var("EDGETAM_BF16_POLICY")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
 /// Loads `spec` on `--device`. Everything but the weights (input size, device, whether the
 /// precision runs here, `EDGETAM_ISA`) is checked before anything is read or downloaded; a
 /// precision that cannot run is refused, never replaced.
@@ -183,10 +191,8 @@ pub(crate) fn load_spec(args: &ModelArgs, spec: ModelSpec) -> Result<EdgeTam> {
     if let Backend::Cpu(_) = loaded.backend {
         eprintln!("kernels: {}", kernel_path()?);
     }
-    if precision == Precision::Bf16 {
-        if let Ok(overrides) = std::env::var("EDGETAM_BF16_POLICY") {
-            eprintln!("bf16 policy overrides (EDGETAM_BF16_POLICY): {overrides}");
-        }
+    if let (Precision::Bf16, Some(overrides)) = (precision, bf16_policy_overrides()) {
+        eprintln!("bf16 policy overrides (EDGETAM_BF16_POLICY): {overrides}");
     }
     if let Some(path) = loaded.path.as_deref() {
         let from = if hub {
