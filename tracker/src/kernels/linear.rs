@@ -10,9 +10,11 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use candle_nn::Linear;
 
-use crate::kernels::gemm::{gemm_packed, PackedB};
+use crate::kernels::gemm::{gemm_packed, PackedB, NR};
+use crate::kernels::threads::MIN_TASK_MACS;
 use crate::kernels::{
-    f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with, spread_row_stride,
+    f32_slice, last_axis_map, output_in_chunks, output_in_chunks_with, run_tasks_with,
+    spread_row_stride, threads,
 };
 
 /// Rows per task at most: a task sweeps the whole packed weight once.
@@ -52,6 +54,92 @@ impl PackedLinear {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         x.contiguous()?.apply_op1_no_bwd(self)
     }
+
+    /// `rows x out` outputs of the `rows x in` input `x`, tasks of whole rows.
+    fn forward_by_rows(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        let (inputs, outputs) = (self.weight.k(), self.weight.n());
+        if rows == 0 || outputs == 0 {
+            return Vec::new();
+        }
+        // The 512 input's 1024-token projections made 8 tasks of 128 rows: cut finer.
+        let per =
+            crate::kernels::units_per_task(rows, ROWS_PER_TASK, ROW_QUANTUM, inputs * outputs);
+        output_in_chunks(rows * outputs, per * outputs, |t, o| {
+            let r0 = t * per;
+            let n = o.len() / outputs;
+            for row in o.chunks_mut(outputs) {
+                row.copy_from_slice(&self.bias);
+            }
+            let xs = &x[r0 * inputs..(r0 + n) * inputs];
+            gemm_packed(
+                n,
+                xs,
+                inputs,
+                &self.weight,
+                0..inputs,
+                0..outputs,
+                o,
+                outputs,
+                true,
+            );
+        })
+    }
+
+    /// [`Self::forward_by_rows`] with the columns cut into `groups` tasks instead: a few rows
+    /// (the decoder's 1-8 tokens) make one row task, which left the other cores idle while one
+    /// streamed the whole weight. Each output sums the same terms in the same order: the same
+    /// bits as by rows.
+    fn forward_by_columns(&self, x: &[f32], rows: usize, groups: usize) -> Vec<f32> {
+        let (inputs, outputs) = (self.weight.k(), self.weight.n());
+        let per = outputs.div_ceil(NR).div_ceil(groups.max(1)) * NR;
+        let mut blocks: Vec<(usize, Vec<f32>)> = (0..outputs)
+            .step_by(per)
+            .map(|c0| (c0, Vec::new()))
+            .collect();
+        let tasks: Vec<&mut (usize, Vec<f32>)> = blocks.iter_mut().collect();
+        run_tasks_with(
+            tasks,
+            threads(),
+            || (),
+            |_, (c0, block)| {
+                let cols = per.min(outputs - *c0);
+                block.reserve_exact(rows * cols);
+                for _ in 0..rows {
+                    block.extend_from_slice(&self.bias[*c0..*c0 + cols]);
+                }
+                gemm_packed(
+                    rows,
+                    x,
+                    inputs,
+                    &self.weight,
+                    0..inputs,
+                    *c0..*c0 + cols,
+                    block,
+                    cols,
+                    true,
+                );
+            },
+        );
+        let mut out = Vec::with_capacity(rows * outputs);
+        for r in 0..rows {
+            for (c0, block) in &blocks {
+                let cols = per.min(outputs - c0);
+                out.extend_from_slice(&block[r * cols..(r + 1) * cols]);
+            }
+        }
+        out
+    }
+}
+
+/// Column tasks for a product of `rows x inputs` by `inputs x outputs`: more than one where
+/// the rows fit one register tile (so they would make a single row task) and each column
+/// group still gets [`MIN_TASK_MACS`] of work.
+fn column_groups(rows: usize, inputs: usize, outputs: usize) -> usize {
+    if rows == 0 || rows > ROW_QUANTUM {
+        return 1;
+    }
+    let by_work = (rows * inputs * outputs) / MIN_TASK_MACS;
+    threads().min(by_work).min(outputs.div_ceil(NR)).max(1)
 }
 
 impl CustomOp1 for PackedLinear {
@@ -67,31 +155,12 @@ impl CustomOp1 for PackedLinear {
         let x = f32_slice(storage, layout, "linear input")?;
         let (inputs, outputs) = (self.weight.k(), self.weight.n());
         let (rows, out_shape) = last_axis_map(layout, inputs, outputs, "linear")?;
-        let mut out = Vec::new();
-        if rows > 0 && outputs > 0 {
-            // The 512 input's 1024-token projections made 8 tasks of 128 rows: cut finer.
-            let per =
-                crate::kernels::units_per_task(rows, ROWS_PER_TASK, ROW_QUANTUM, inputs * outputs);
-            out = output_in_chunks(rows * outputs, per * outputs, |t, o| {
-                let r0 = t * per;
-                let n = o.len() / outputs;
-                for row in o.chunks_mut(outputs) {
-                    row.copy_from_slice(&self.bias);
-                }
-                let xs = &x[r0 * inputs..(r0 + n) * inputs];
-                gemm_packed(
-                    n,
-                    xs,
-                    inputs,
-                    &self.weight,
-                    0..inputs,
-                    0..outputs,
-                    o,
-                    outputs,
-                    true,
-                );
-            });
-        }
+        let groups = column_groups(rows, inputs, outputs);
+        let out = if groups > 1 {
+            self.forward_by_columns(x, rows, groups)
+        } else {
+            self.forward_by_rows(x, rows)
+        };
         Ok((CpuStorage::F32(out), out_shape))
     }
 }
@@ -249,6 +318,37 @@ mod tests {
             let err = (got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
             let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
             assert!(err <= 2e-6 * scale.max(1.0), "{rows}x{inp}->{out}: {err}");
+        }
+        Ok(())
+    }
+
+    /// Cutting a few rows' product by columns changes no bit: each output sums the same terms
+    /// in the same order (`column_groups` picks it for 1-8 decoder tokens).
+    #[test]
+    fn columns_equal_rows_bit_for_bit() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (rows, inp, out) in [
+            (8usize, 256usize, 2048usize),
+            (1, 256, 256),
+            (5, 2048, 96),
+            (12, 64, 40),
+        ] {
+            let w = Tensor::randn(0f32, 0.05, (out, inp), &dev)?;
+            let b = Tensor::randn(0f32, 1.0, out, &dev)?;
+            let Some(packed) = PackedLinear::new(&Linear::new(w, Some(b)))? else {
+                return Ok(());
+            };
+            let x: Vec<f32> = Tensor::randn(0f32, 1.0, rows * inp, &dev)?.to_vec1()?;
+            let by_rows = packed.forward_by_rows(&x, rows);
+            for groups in [2, 3, 7] {
+                let by_columns = packed.forward_by_columns(&x, rows, groups);
+                let same = by_rows.len() == by_columns.len()
+                    && by_rows
+                        .iter()
+                        .zip(&by_columns)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{rows}x{inp}->{out} in {groups} column groups");
+            }
         }
         Ok(())
     }

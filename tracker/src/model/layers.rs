@@ -6,7 +6,7 @@
 //! be checked against the reference one by one.
 
 use candle_core::{DType, Module, Result, Tensor};
-use candle_nn::{linear, Linear, VarBuilder};
+use candle_nn::{linear, VarBuilder};
 
 use crate::kernels::linear_bf16::SwitchLinear;
 use crate::kernels::norm::{self, HostNorm};
@@ -137,9 +137,9 @@ impl LayerNorm2d {
 /// object-score head; later also for the object-pointer projection.
 #[derive(Debug, Clone)]
 pub struct FeedForward {
-    proj_in: Linear,
-    layers: Vec<Linear>,
-    proj_out: Linear,
+    proj_in: SwitchLinear,
+    layers: Vec<SwitchLinear>,
+    proj_out: SwitchLinear,
     activation: Activation,
     sigmoid_output: bool,
 }
@@ -171,11 +171,16 @@ impl FeedForward {
         if num_layers < 2 {
             candle_core::bail!("FeedForward needs at least 2 layers, got {num_layers}");
         }
-        let proj_in = linear(input_dim, hidden_dim, vb.pp("proj_in"))?;
+        // Packed at load: candle's layer re-packs its weight on every call, which made the
+        // decoder's few-token MLPs slower than its image-wide products.
+        let layer = |i: usize, o: usize, vb: VarBuilder| -> Result<SwitchLinear> {
+            Ok(SwitchLinear::new(linear(i, o, vb)?))
+        };
+        let proj_in = layer(input_dim, hidden_dim, vb.pp("proj_in"))?;
         let layers = (0..num_layers - 2)
-            .map(|i| linear(hidden_dim, hidden_dim, vb.pp("layers").pp(i)))
+            .map(|i| layer(hidden_dim, hidden_dim, vb.pp("layers").pp(i)))
             .collect::<Result<Vec<_>>>()?;
-        let proj_out = linear(hidden_dim, output_dim, vb.pp("proj_out"))?;
+        let proj_out = layer(hidden_dim, output_dim, vb.pp("proj_out"))?;
         Ok(Self {
             proj_in,
             layers,
