@@ -44,7 +44,7 @@ from bf16_tolerance import iou, prepare, results  # noqa: E402
 GROUPS = [
     "backbone.stem", "backbone.stage0", "backbone.stage1", "backbone.stage2", "backbone.stage3",
     "fpn", "high_res", "memory_attention.self_attn", "memory_attention.cross_attn",
-    "memory_attention.mlp", "memory_encoder",
+    "memory_attention.mlp", "mask_decoder", "memory_encoder",
 ]
 LONG_FRAMES = 30
 

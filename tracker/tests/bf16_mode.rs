@@ -273,10 +273,15 @@ fn the_bf16_policy_switches_groups_and_nothing_else() {
     fpn_only
         .try_set_bf16_policy("*=f32,fpn=bf16")
         .expect("policy");
+    let mut decoder_only = fx.model(&base, &Device::Cpu).expect("model");
+    decoder_only
+        .try_set_bf16_policy("*=f32,mask_decoder=bf16")
+        .expect("policy");
     let exact = Arc::new(fx.model(&base, &Device::Cpu).expect("model"));
     let a = replay(&fx, exact).expect("f32 replay");
     let b = replay(&fx, Arc::new(all_exact)).expect("all-exact bf16 replay");
     let c = replay(&fx, Arc::new(fpn_only)).expect("fpn-bf16 replay");
+    let d = replay(&fx, Arc::new(decoder_only)).expect("decoder-bf16 replay");
     let scores = |r: &[edgetam_tracker::FrameResult]| -> Vec<u32> {
         r.iter()
             .flat_map(|f| f.objects.iter().map(|o| o.score.to_bits()))
@@ -287,5 +292,10 @@ fn the_bf16_policy_switches_groups_and_nothing_else() {
         scores(&a),
         scores(&c),
         "the FPN in bf16 must move the scores"
+    );
+    assert_ne!(
+        scores(&a),
+        scores(&d),
+        "the mask decoder in bf16 must move the scores"
     );
 }

@@ -71,6 +71,9 @@ pub enum LayerGroup {
     CrossAttention,
     /// The memory attention's MLPs, every layer.
     Mlp,
+    /// The mask decoder's two-way transformer, hypernetworks and heads, and the object-pointer
+    /// projection (the upscaling convolutions stay exact).
+    Decoder,
     /// The memory encoder: mask downsampler, fuser, projections.
     MemoryEncoder,
 }
@@ -96,9 +99,10 @@ const LINEAR: &[GroupPrecision] = &[F32, Bf16];
 /// mode's tolerance on held-out sequences. Plain bf16 in the memory attention; split where
 /// plain bf16 alone lost masks (every image-encoder group but the FPN, and the memory
 /// encoder, whose output is every later frame's memory); the FPN stays split too, as plain
-/// bf16 there saved no measurable time and broke a sequence in combination. The decoder,
-/// norms, softmax and elementwise work stay exact f32 in every row's layers.
-pub const BF16_POLICY: [PolicyRow; 11] = [
+/// bf16 there saved no measurable time and broke a sequence in combination. The mask decoder
+/// stays exact: plain bf16 lost masks there and ran slower (few-token products, no folds).
+/// Norms, softmax and elementwise work stay exact f32 in every row's layers.
+pub const BF16_POLICY: [PolicyRow; 12] = [
     row(LayerGroup::Stem, "backbone.stem", Split, CONVS),
     row(LayerGroup::Stage(0), "backbone.stage0", Split, CONVS),
     row(LayerGroup::Stage(1), "backbone.stage1", Split, CONVS),
@@ -119,6 +123,7 @@ pub const BF16_POLICY: [PolicyRow; 11] = [
         LINEAR,
     ),
     row(LayerGroup::Mlp, "memory_attention.mlp", Bf16, LINEAR),
+    row(LayerGroup::Decoder, "mask_decoder", F32, LINEAR),
     row(LayerGroup::MemoryEncoder, "memory_encoder", Split, CONVS),
 ];
 

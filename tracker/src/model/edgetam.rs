@@ -354,6 +354,9 @@ impl EdgeTam {
         self.video
             .memory_encoder
             .set_rounding(policy.get(LayerGroup::MemoryEncoder).rounding());
+        let decoder = bf16(LayerGroup::Decoder);
+        self.mask_decoder.set_bf16(decoder)?;
+        self.object_pointer_proj.set_bf16(decoder)?;
         self.video.memory_attention.set_bf16_parts(
             bf16(LayerGroup::SelfAttention),
             bf16(LayerGroup::CrossAttention),

@@ -190,6 +190,16 @@ impl FeedForward {
         })
     }
 
+    /// Switches bf16 products on or off for every layer (the `mask_decoder` row of the fast
+    /// mode's policy); a layer whose width the bf16 kernel does not take stays exact.
+    pub(crate) fn set_bf16(&mut self, on: bool) -> Result<()> {
+        self.proj_in.set_bf16(on)?;
+        for layer in &mut self.layers {
+            layer.set_bf16(on)?;
+        }
+        self.proj_out.set_bf16(on)
+    }
+
     /// `x`: `[..., input_dim]` -> `[..., output_dim]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut h = self.activation.apply(&self.proj_in.forward(x)?)?;

@@ -50,6 +50,12 @@ impl Attention {
         })
     }
 
+    /// Switches bf16 products on or off (projections and attention; the folds are exact f32
+    /// only, so bf16 runs the unfolded form).
+    pub(crate) fn set_bf16(&mut self, on: bool) -> Result<()> {
+        self.proj.set_bf16(on)
+    }
+
     /// `query`: `[N, Lq, C]`, `key`/`value`: `[N, Lk, C]` -> `[N, Lq, C]`.
     pub fn forward(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> Result<Tensor> {
         let p = &self.proj;

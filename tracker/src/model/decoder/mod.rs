@@ -144,6 +144,19 @@ impl MaskDecoder {
         })
     }
 
+    /// Switches bf16 products on or off in the two-way transformer, the hypernetworks and the
+    /// heads (the `mask_decoder` row of [`crate::model::bf16_policy::BF16_POLICY`]); the
+    /// upscaling convolutions stay exact.
+    pub(crate) fn set_bf16(&mut self, on: bool) -> candle_core::Result<()> {
+        self.transformer.set_bf16(on)?;
+        for mlp in &mut self.hypernetworks {
+            mlp.set_bf16(on)?;
+        }
+        self.iou_head.set_bf16(on)?;
+        self.score_head.set_bf16(on)?;
+        Ok(())
+    }
+
     /// Predicts masks for every prompt row of `inputs`. `multimask`: the 3 multimask outputs;
     /// otherwise one mask, chosen by the dynamic stability rule when the config enables it.
     pub fn forward(&self, inputs: &DecoderInputs, multimask: bool) -> Result<DecoderOutput> {

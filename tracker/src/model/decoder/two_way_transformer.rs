@@ -72,6 +72,14 @@ impl TwoWayBlock {
         })
     }
 
+    fn set_bf16(&mut self, on: bool) -> candle_core::Result<()> {
+        self.self_attn.set_bf16(on)?;
+        self.cross_token_to_image.set_bf16(on)?;
+        self.mlp.set_bf16(on)?;
+        self.cross_image_to_token.set_bf16(on)?;
+        Ok(())
+    }
+
     /// `queries` `[N, T, C]`, `keys` `[N, HW, C]`, with their positional terms.
     fn forward(
         &self,
@@ -131,6 +139,15 @@ impl TwoWayTransformer {
                 vb.pp("layer_norm_final_attn"),
             )?,
         })
+    }
+
+    /// Switches bf16 products on or off in every attention and MLP.
+    pub(crate) fn set_bf16(&mut self, on: bool) -> candle_core::Result<()> {
+        for layer in &mut self.layers {
+            layer.set_bf16(on)?;
+        }
+        self.final_attn_token_to_image.set_bf16(on)?;
+        Ok(())
     }
 
     /// `tokens` `[N, T, C]`; `image`, `image_pe` `[N, C, h, w]`.
