@@ -101,6 +101,20 @@ fn dense(c: &mut Criterion) {
         let call = ok(bs::dense(ch, o, side, gelu));
         time(&mut g, BenchmarkId::new(format!("{ch}to{o}"), side), &call);
     }
+    // The memory encoder's mask downsampler as it runs: each conv with its LayerNorm and GELU.
+    for (ch, o, side) in [
+        (1usize, 4usize, s),
+        (4, 16, s / 2),
+        (16, 64, s / 4),
+        (64, 256, s / 8),
+    ] {
+        let call = ok(bs::dense_norm_gelu(ch, o, side));
+        time(
+            &mut g,
+            BenchmarkId::new(format!("{ch}to{o} norm gelu"), side),
+            &call,
+        );
+    }
 }
 
 /// The fused channel mixer at RepViT-M1's four stage shapes (hidden 2c) and the memory fuser's

@@ -88,6 +88,25 @@ pub fn dense(c: usize, o: usize, side: usize, gelu: bool) -> Result<Call<'static
     }))
 }
 
+/// [`dense`] with the memory encoder's mask-downsampler epilogue (channels-first LayerNorm,
+/// then GELU) fused into its pass.
+pub fn dense_norm_gelu(c: usize, o: usize, side: usize) -> Result<Call<'static>> {
+    let x = randn(&[1, c, side, side], 1.0)?;
+    let d = Dense::new(&randn(&[o, c, 3, 3], 0.1)?, &randn(&[o], 1.0)?, 2, 1)?;
+    let norm = crate::kernels::norm::HostNorm {
+        weight: vec![1.0; o],
+        bias: vec![0.0; o],
+        eps: 1e-6,
+    };
+    Ok(Box::new(move || {
+        d.forward_norm_gelu(&x, &norm)?.ok_or_else(|| {
+            crate::error::Error::Tensor(candle_core::Error::Msg(
+                "the fused dense conv does not run here".into(),
+            ))
+        })
+    }))
+}
+
 /// The fused channel mixer (1x1 conv `c -> hid`, GELU, 1x1 conv `hid -> c`, residual) on a
 /// `side x side` input; `None` where `products` cannot run on this CPU.
 pub fn channel_mixer(

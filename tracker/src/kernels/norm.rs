@@ -207,7 +207,9 @@ impl NormOp {
 
     /// Mean and denominator of `n` adjacent columns of a `[channels, stride]` block starting at
     /// `x[0]` (channels-first norm): row-by-row f64 accumulation, which vectorizes over columns
-    /// (AVX-512 where the CPU has it, as [`Self::row`]).
+    /// (AVX-512 where the CPU has it, as [`Self::row`]). `acc` is the caller's buffer, reused:
+    /// with one malloc arena, an allocation per call made the workers of a many-task op (the
+    /// memory encoder's first mask conv: 256 tasks) wait on each other's heap lock.
     fn columns(
         &self,
         x: &[f32],
@@ -215,18 +217,20 @@ impl NormOp {
         channels: usize,
         mean: &mut [f32],
         den: &mut [f32],
+        acc: &mut Vec<f64>,
     ) {
         wide(
             #[inline(always)]
             || {
                 let n = mean.len();
-                let mut acc = vec![0f64; n];
+                acc.clear();
+                acc.resize(n, 0.0);
                 for c in 0..channels {
                     for (a, &v) in acc.iter_mut().zip(&x[c * stride..c * stride + n]) {
                         *a += f64::from(v);
                     }
                 }
-                for (m, a) in mean.iter_mut().zip(&acc) {
+                for (m, a) in mean.iter_mut().zip(acc.iter()) {
                     *m = (a / channels as f64) as f32;
                 }
                 acc.iter_mut().for_each(|a| *a = 0.0);
@@ -240,7 +244,7 @@ impl NormOp {
                         *a += d * d;
                     }
                 }
-                for (d, a) in den.iter_mut().zip(&acc) {
+                for (d, a) in den.iter_mut().zip(acc.iter()) {
                     *d = self.denom(*a, channels);
                 }
             },
@@ -304,28 +308,24 @@ impl CpuOp3 for NormOp {
             .zip(den.chunks_mut(per))
             .enumerate()
             .collect();
-        run_tasks_with(
-            tasks,
-            threads,
-            || (),
-            |_, (t, (m, d))| {
-                let mut col = t * per;
-                let end = col + m.len();
-                while col < end {
-                    let (s, j) = (col / inner, col % inner);
-                    let n = BLOCK.min(inner - j).min(end - col);
-                    let at = col - t * per;
-                    self.columns(
-                        &x[s * slab + j..],
-                        inner,
-                        channels,
-                        &mut m[at..at + n],
-                        &mut d[at..at + n],
-                    );
-                    col += n;
-                }
-            },
-        );
+        run_tasks_with(tasks, threads, Vec::new, |acc, (t, (m, d))| {
+            let mut col = t * per;
+            let end = col + m.len();
+            while col < end {
+                let (s, j) = (col / inner, col % inner);
+                let n = BLOCK.min(inner - j).min(end - col);
+                let at = col - t * per;
+                self.columns(
+                    &x[s * slab + j..],
+                    inner,
+                    channels,
+                    &mut m[at..at + n],
+                    &mut d[at..at + n],
+                    acc,
+                );
+                col += n;
+            }
+        });
         let rows_per = (x.len() / inner)
             .div_ceil(threads)
             .max(GRAIN.div_ceil(inner));
@@ -381,19 +381,39 @@ impl HostNorm {
     /// Normalises in place the first `n` columns of a channels-first block (channel rows
     /// `stride` floats apart): [`NormOp::columns`]' statistics, then its per-value formula, so
     /// the result is that of [`layer_norm`] over the channels.
-    pub(crate) fn normalize_columns(&self, block: &mut [f32], stride: usize, n: usize) {
+    /// `scratch` holds the statistics, reused across a worker's calls.
+    pub(crate) fn normalize_columns(
+        &self,
+        block: &mut [f32],
+        stride: usize,
+        n: usize,
+        scratch: &mut ColumnScratch,
+    ) {
         let channels = self.weight.len();
         let op = NormOp {
             dim: 1,
             eps: self.eps,
         };
-        let (mut mean, mut den) = (vec![0f32; n], vec![0f32; n]);
-        op.columns(block, stride, channels, &mut mean, &mut den);
+        let ColumnScratch { acc, mean, den } = scratch;
+        for v in [&mut *mean, &mut *den] {
+            v.clear();
+            v.resize(n, 0.0);
+        }
+        op.columns(block, stride, channels, mean, den, acc);
         for (c, (&w, &b)) in self.weight.iter().zip(&self.bias).enumerate() {
             let row = &mut block[c * stride..c * stride + n];
-            normalize_row_in_place(row, &mean, &den, w, b);
+            normalize_row_in_place(row, mean, den, w, b);
         }
     }
+}
+
+/// A worker's buffers for [`HostNorm::normalize_columns`] (see [`NormOp::columns`] for why
+/// they are reused).
+#[derive(Debug, Default)]
+pub(crate) struct ColumnScratch {
+    acc: Vec<f64>,
+    mean: Vec<f32>,
+    den: Vec<f32>,
 }
 
 /// Mean over `dim` (kept, size 1) summed in blocks of about `sqrt(len)`: the rounding error of

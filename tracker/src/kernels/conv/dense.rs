@@ -6,7 +6,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::pointwise_bf16::PackedWeight;
 use crate::kernels::gemm::{packed_a_unchecked, PackedA, PackedB, NR};
-use crate::kernels::norm::HostNorm;
+use crate::kernels::norm::{ColumnScratch, HostNorm};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// A dense conv's parameters on the host: `weight` `[out, in * k * k]` in row blocks for the
@@ -124,6 +124,7 @@ impl CustomOp1 for DenseOp<'_> {
                 PackedB::zeroed_row_major(if bf16.is_some() { 0 } else { kk }, DENSE_CHUNK, LDC),
                 pairs,
                 vec![0f32; out_ch * LDC],
+                ColumnScratch::default(),
             )
         };
         let jobs: Vec<usize> = (0..jobs).collect();
@@ -131,7 +132,7 @@ impl CustomOp1 for DenseOp<'_> {
             jobs,
             threads,
             scratch,
-            |(cols, packed, pairs, block), job| {
+            |(cols, packed, pairs, block, stats), job| {
                 let (b, ci) = (job / chunks, job % chunks);
                 let p0 = ci * per;
                 let np = per.min(hw - p0);
@@ -205,7 +206,7 @@ impl CustomOp1 for DenseOp<'_> {
                     }
                 }
                 if let DenseEpilogue::NormGelu(norm) = self.epilogue {
-                    norm.normalize_columns(block, LDC, np);
+                    norm.normalize_columns(block, LDC, np, stats);
                 }
                 let dst = (out_addr as *mut f32).wrapping_add(b * out_ch * hw + p0);
                 for (o, row) in block.chunks(LDC).enumerate() {

@@ -11,7 +11,7 @@
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
 use crate::kernels::gemm::{packed_unchecked, PackedB};
-use crate::kernels::norm::HostNorm;
+use crate::kernels::norm::{ColumnScratch, HostNorm};
 use crate::kernels::{f32_slice, run_tasks_with, threads};
 
 /// How the input holds its `C_in x (h * w)` values.
@@ -97,6 +97,8 @@ struct Scratch {
     packed: PackedB,
     /// The product `[4 * C_out, pixels]`.
     y: Vec<f32>,
+    /// The norm's statistics.
+    stats: ColumnScratch,
     /// The interleaved output block `[C_out, 2 rows, 2w]`.
     block: Vec<f32>,
 }
@@ -160,6 +162,7 @@ impl CustomOp2 for UpscaleOp<'_> {
                 packed: PackedB::zeroed(c_in, max_pixels),
                 y: vec![0f32; m * max_pixels],
                 block: vec![0f32; c_out * (4 * max_pixels + BLOCK_PAD)],
+                stats: ColumnScratch::default(),
             },
             |s, task| {
                 let (b, t) = (task / tiles, task % tiles);
@@ -221,7 +224,7 @@ impl CustomOp2 for UpscaleOp<'_> {
                     }
                 }
                 if let Some(norm) = self.norm {
-                    norm.normalize_columns(block, stride, block_plane);
+                    norm.normalize_columns(block, stride, block_plane, &mut s.stats);
                 }
                 let base = (out_addr as *mut f32).wrapping_add(b * c_out * plane + 2 * i0 * ow);
                 for (c, src) in block.chunks_exact_mut(stride).enumerate() {
