@@ -48,16 +48,28 @@ pub(crate) unsafe fn gemm(
     (m, n, kp): (usize, usize, usize),
 ) {
     // SAFETY: per the caller.
-    unsafe { products(&[(a, b.ptr)], lda, b, c, ldc, (m, n, kp)) }
+    unsafe { products(Operands::Plain(a), lda, b, c, ldc, (m, n, kp)) }
 }
 
-/// `C += sum of A_i B_i` over `terms` (pairs of `A` and `B` first elements sharing `lda` and
-/// `layout`), with the tile state configured around it.
+/// The operands of one product: `A B`, or the split `Ah Bh + Ah Bt + At Bh`.
+#[derive(Clone, Copy)]
+enum Operands {
+    /// `A` (with `B` from the [`BMatrix`]).
+    Plain(*const u32),
+    /// `A`'s head and tail, and `B`'s tail (its head from the [`BMatrix`]).
+    Split {
+        a_head: *const u32,
+        a_tail: *const u32,
+        b_tail: *const u32,
+    },
+}
+
+/// `C += A B` for `operands`, with the tile state configured around it.
 ///
 /// # Safety
-/// As [`gemm`], for every term.
+/// As [`gemm`], for every operand.
 unsafe fn products(
-    terms: &[(*const u32, *const u32)],
+    operands: Operands,
     lda: usize,
     layout: BMatrix,
     c: *mut f32,
@@ -69,11 +81,11 @@ unsafe fn products(
     #[cfg(target_arch = "x86_64")]
     unsafe {
         x86::configure();
-        x86::blocks(terms, lda, layout, c, ldc, (m, n, kp));
+        x86::blocks(operands, lda, layout, c, ldc, (m, n, kp));
         x86::release();
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (terms, lda, layout, c, ldc, m, n, kp);
+    let _ = (operands, lda, layout, c, ldc, m, n, kp);
 }
 
 /// Where `B`'s pairs lie: element `(k, j)` (pair row `k`, column `j`) at
@@ -119,10 +131,13 @@ pub(crate) unsafe fn gemm_split(
     ldc: usize,
     (m, n, kp): (usize, usize, usize),
 ) {
-    // The small terms first: they are summed before the large one joins them.
-    let terms = [(a_head, b_tail), (a_tail, b_head.ptr), (a_head, b_head.ptr)];
+    let operands = Operands::Split {
+        a_head,
+        a_tail,
+        b_tail,
+    };
     // SAFETY: per the caller.
-    unsafe { products(&terms, lda, b_head, c, ldc, (m, n, kp)) }
+    unsafe { products(operands, lda, b_head, c, ldc, (m, n, kp)) }
 }
 
 /// A buffer whose first element sits on a 64-byte boundary (a cache line, and a tile row):
@@ -262,14 +277,14 @@ mod x86 {
         };
     }
 
-    /// Every 32 x 32 block of `C` (16-row / 16-column halves at the edges) gets the sum of the
-    /// products of `terms`, each an `(A, B)` pair in the shared strides.
+    /// Every 32 x 32 block of `C` (16-row / 16-column halves at the edges) gets the product of
+    /// `operands`, all in the shared strides.
     ///
     /// # Safety
     /// Tiles configured; operands as in [`super::gemm`].
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn blocks(
-        terms: &[(*const u32, *const u32)],
+        operands: super::Operands,
         lda: usize,
         layout: super::BMatrix,
         c: *mut f32,
@@ -294,14 +309,36 @@ mod x86 {
             for &(i, two_rows) in &rows {
                 for &(j, two_cols) in &cols {
                     // SAFETY: per the caller.
-                    unsafe { block(terms, lda, layout, c, ldc, kp, (i, two_rows), (j, two_cols)) };
+                    unsafe {
+                        block(
+                            operands,
+                            lda,
+                            layout,
+                            c,
+                            ldc,
+                            kp,
+                            (i, two_rows),
+                            (j, two_cols),
+                        )
+                    };
                 }
             }
         } else {
             for &(j, two_cols) in &cols {
                 for &(i, two_rows) in &rows {
                     // SAFETY: per the caller.
-                    unsafe { block(terms, lda, layout, c, ldc, kp, (i, two_rows), (j, two_cols)) };
+                    unsafe {
+                        block(
+                            operands,
+                            lda,
+                            layout,
+                            c,
+                            ldc,
+                            kp,
+                            (i, two_rows),
+                            (j, two_cols),
+                        )
+                    };
                 }
             }
         }
@@ -313,7 +350,7 @@ mod x86 {
     /// As [`blocks`].
     #[allow(clippy::too_many_arguments)]
     unsafe fn block(
-        terms: &[(*const u32, *const u32)],
+        operands: super::Operands,
         lda: usize,
         layout: super::BMatrix,
         c: *mut f32,
@@ -323,6 +360,7 @@ mod x86 {
         (j, two_cols): (usize, bool),
     ) {
         let (sa, sb, sc) = (lda * 4, layout.row_step * 4, ldc * 4);
+        let (next_row, next_col) = (TILE * lda, layout.tile_step);
         // SAFETY: rows `i..i+16(32)`, columns `j..j+16(32)` of `C`, per the caller.
         unsafe {
             let c00 = c.add(i * ldc + j);
@@ -337,27 +375,80 @@ mod x86 {
                     load!(3, c10.add(TILE), sc);
                 }
             }
-            for &(a, b) in terms {
-                let mut k = 0;
-                while k < kp {
-                    let a0 = a.add(i * lda + k);
-                    let b0 = b.add(k * layout.row_step + j / TILE * layout.tile_step);
-                    load!(4, a0, sa);
-                    load!(6, b0, sb);
-                    dot!(0, 4, 6);
-                    if two_cols {
-                        load!(7, b0.add(layout.tile_step), sb);
-                        dot!(1, 4, 7);
-                    }
-                    if two_rows {
-                        load!(5, a0.add(TILE * lda), sa);
-                        dot!(2, 5, 6);
+            let mut k = 0;
+            while k < kp {
+                let a_at = i * lda + k;
+                let b_at = k * layout.row_step + j / TILE * layout.tile_step;
+                match operands {
+                    super::Operands::Plain(a) => {
+                        let (a0, b0) = (a.add(a_at), layout.ptr.add(b_at));
+                        load!(4, a0, sa);
+                        load!(6, b0, sb);
+                        dot!(0, 4, 6);
                         if two_cols {
-                            dot!(3, 5, 7);
+                            load!(7, b0.add(next_col), sb);
+                            dot!(1, 4, 7);
+                        }
+                        if two_rows {
+                            load!(5, a0.add(next_row), sa);
+                            dot!(2, 5, 6);
+                            if two_cols {
+                                dot!(3, 5, 7);
+                            }
                         }
                     }
-                    k += TILE;
+                    // The three products of one step of `k` share their tile loads (8 loads
+                    // for 12 multiplies in a full block, against 12 with one product after
+                    // the other): `Ah Bt`, then `Ah Bh` with `Ah` kept, then `At Bh` with
+                    // `Bh` kept.
+                    super::Operands::Split {
+                        a_head,
+                        a_tail,
+                        b_tail,
+                    } => {
+                        let (ah, at) = (a_head.add(a_at), a_tail.add(a_at));
+                        let (bh, bt) = (layout.ptr.add(b_at), b_tail.add(b_at));
+                        load!(4, ah, sa);
+                        load!(6, bt, sb);
+                        dot!(0, 4, 6);
+                        if two_cols {
+                            load!(7, bt.add(next_col), sb);
+                            dot!(1, 4, 7);
+                        }
+                        if two_rows {
+                            load!(5, ah.add(next_row), sa);
+                            dot!(2, 5, 6);
+                            if two_cols {
+                                dot!(3, 5, 7);
+                            }
+                        }
+                        load!(6, bh, sb);
+                        dot!(0, 4, 6);
+                        if two_rows {
+                            dot!(2, 5, 6);
+                        }
+                        if two_cols {
+                            load!(7, bh.add(next_col), sb);
+                            dot!(1, 4, 7);
+                            if two_rows {
+                                dot!(3, 5, 7);
+                            }
+                        }
+                        load!(4, at, sa);
+                        dot!(0, 4, 6);
+                        if two_cols {
+                            dot!(1, 4, 7);
+                        }
+                        if two_rows {
+                            load!(5, at.add(next_row), sa);
+                            dot!(2, 5, 6);
+                            if two_cols {
+                                dot!(3, 5, 7);
+                            }
+                        }
+                    }
                 }
+                k += TILE;
             }
             store!(0, c00, sc);
             if two_cols {
@@ -486,39 +577,43 @@ mod tests {
             eprintln!("skipped: no AMX-BF16 here");
             return;
         }
-        let (m, n, k) = (32usize, 48usize, 384usize);
-        let (a, b) = (values(m * k, 4), values(k * n, 5));
-        let head = |x: f32| split_bits(x).0;
-        let tail = |x: f32| split_bits(x).1;
-        let (ah, at) = (pairs_of_rows(&a, m, k, head), pairs_of_rows(&a, m, k, tail));
-        let (bh, bt) = (
-            pairs_of_columns(&b, k, n, head),
-            pairs_of_columns(&b, k, n, tail),
-        );
-        let mut c = vec![0f32; m * n];
-        // SAFETY: `available()`; the buffers have the stated shapes.
-        unsafe {
-            gemm_split(
-                (ah.as_slice().as_ptr(), at.as_slice().as_ptr()),
-                k / 2,
-                (
-                    BMatrix::rows(bh.as_slice().as_ptr(), n),
-                    bt.as_slice().as_ptr(),
-                ),
-                c.as_mut_ptr(),
-                n,
-                (m, n, k / 2),
-            )
-        };
-        let mut worst = 0f64;
-        for i in 0..m {
-            for j in 0..n {
-                let want: f64 = (0..k)
-                    .map(|kk| f64::from(a[i * k + kk]) * f64::from(b[kk * n + j]))
-                    .sum();
-                worst = worst.max((f64::from(c[i * n + j]) - want).abs());
+        // Full 32 x 32 blocks and 16-row / 16-column edges, accumulating onto existing values.
+        for (m, n, k) in [(32usize, 48usize, 384usize), (48, 16, 64), (16, 80, 96)] {
+            let (a, b) = (values(m * k, 4), values(k * n, 5));
+            let start = values(m * n, 6);
+            let head = |x: f32| split_bits(x).0;
+            let tail = |x: f32| split_bits(x).1;
+            let (ah, at) = (pairs_of_rows(&a, m, k, head), pairs_of_rows(&a, m, k, tail));
+            let (bh, bt) = (
+                pairs_of_columns(&b, k, n, head),
+                pairs_of_columns(&b, k, n, tail),
+            );
+            let mut c = start.clone();
+            // SAFETY: `available()`; the buffers have the stated shapes.
+            unsafe {
+                gemm_split(
+                    (ah.as_slice().as_ptr(), at.as_slice().as_ptr()),
+                    k / 2,
+                    (
+                        BMatrix::rows(bh.as_slice().as_ptr(), n),
+                        bt.as_slice().as_ptr(),
+                    ),
+                    c.as_mut_ptr(),
+                    n,
+                    (m, n, k / 2),
+                )
+            };
+            let mut worst = 0f64;
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = f64::from(start[i * n + j])
+                        + (0..k)
+                            .map(|kk| f64::from(a[i * k + kk]) * f64::from(b[kk * n + j]))
+                            .sum::<f64>();
+                    worst = worst.max((f64::from(c[i * n + j]) - want).abs());
+                }
             }
+            assert!(worst < 1e-4, "{m}x{n}x{k}: worst {worst:e}");
         }
-        assert!(worst < 1e-4, "worst {worst:e}");
     }
 }

@@ -201,10 +201,13 @@ mod channel_mixer_bf16 {
 
     use super::channel_mixer::random_mlp;
     use crate::kernels::conv::depthwise::Depthwise;
+    use crate::kernels::conv::pointwise_bf16::Rounding;
 
     /// In the bf16 mode the fused mixer computes exactly what the two bf16 convs compute one
     /// after the other (same roundings, same sums per pixel): the RepViT form, the fuser's
-    /// scaled form, a narrower output and the token mixer inside, at odd sizes.
+    /// scaled form, a narrower output and the token mixer inside, at odd sizes, with plain and
+    /// split products (on AMX the pixel blocks of whole tiles take the tile-epilogue path and
+    /// the rest the packed one).
     #[test]
     fn equals_the_two_bf16_convs() -> candle_core::Result<()> {
         if !crate::kernels::cpu::bf16() {
@@ -212,69 +215,80 @@ mod channel_mixer_bf16 {
             return Ok(());
         }
         let dev = Device::Cpu;
-        let bf16 =
-            |(mut a, mut b): (crate::model::conv::Pointwise, crate::model::conv::Pointwise)| {
-                a.set_bf16(true);
-                b.set_bf16(true);
-                (a, b)
+        // Split products where AMX runs them (the image encoder's and memory fuser's mode).
+        let roundings: &[Rounding] = if crate::kernels::amx::available() {
+            &[Rounding::Bf16, Rounding::Split]
+        } else {
+            &[Rounding::Bf16]
+        };
+        for &rounding in roundings {
+            let bf16 =
+                |(mut a, mut b): (crate::model::conv::Pointwise, crate::model::conv::Pointwise)| {
+                    // `b` may have an odd input width (the narrow case's unused half) and stay
+                    // exact; the fused op exists only when both are bf16 (`fused` below).
+                    assert!(a.set_rounding(Some(rounding)));
+                    b.set_rounding(Some(rounding));
+                    (a, b)
+                };
+            let fused = |t: Option<Tensor>| {
+                t.ok_or_else(|| candle_core::Error::Msg("no fused path".into()))
             };
-        let fused =
-            |t: Option<Tensor>| t.ok_or_else(|| candle_core::Error::Msg("no fused path".into()));
-        for (n, c, h, w) in [
-            (1usize, 48usize, 20usize, 13usize),
-            (2, 12, 9, 40),
-            (1, 32, 16, 16),
-        ] {
-            let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
-            let (conv1, conv2) = bf16(random_mlp(c, 2 * c)?);
-            let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
-            let got = fused(conv1.channel_mixer(&conv2, &x)?)?;
-            assert!(
-                crate::checks::compare::same_bits(&got, &want)?,
-                "mixer {n}x{c}x{h}x{w}"
-            );
+            for (n, c, h, w) in [
+                (1usize, 48usize, 20usize, 13usize),
+                (2, 12, 9, 40),
+                (1, 32, 16, 16),
+            ] {
+                let x = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+                let (conv1, conv2) = bf16(random_mlp(c, 2 * c)?);
+                let want = conv2.forward_add(&conv1.forward_gelu(&x)?, &x)?;
+                let got = fused(conv1.channel_mixer(&conv2, &x)?)?;
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "mixer {n}x{c}x{h}x{w}"
+                );
 
-            let dw = Depthwise::new(
-                Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
-                Tensor::randn(0f32, 0.5, c, &dev)?,
-                1,
-                1,
-            )?;
-            let t = dw.forward(&x)?;
-            let want = conv2.forward_add(&conv1.forward_gelu(&t)?, &t)?;
-            let got = fused(conv1.channel_mixer_after(&conv2, &dw, &x)?)?;
-            assert!(
-                crate::checks::compare::same_bits(&got, &want)?,
-                "token mixer {n}x{c}x{h}x{w}"
-            );
+                let dw = Depthwise::new(
+                    Tensor::randn(0f32, 0.5, (c, 1, 3, 3), &dev)?,
+                    Tensor::randn(0f32, 0.5, c, &dev)?,
+                    1,
+                    1,
+                )?;
+                let t = dw.forward(&x)?;
+                let want = conv2.forward_add(&conv1.forward_gelu(&t)?, &t)?;
+                let got = fused(conv1.channel_mixer_after(&conv2, &dw, &x)?)?;
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "token mixer {n}x{c}x{h}x{w}"
+                );
 
-            let (conv1, conv2) = bf16(random_mlp(c, 4 * c)?);
-            let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
-            let g = Tensor::randn(0f32, 1.0, c, &dev)?;
-            let host_g: Vec<f32> = g.to_vec1()?;
-            let y = conv2.forward(&conv1.forward_gelu(&x)?)?;
-            let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
-            let got = fused(conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))?)?;
-            assert!(
-                crate::checks::compare::same_bits(&got, &want)?,
-                "scaled {n}x{c}x{h}x{w}"
-            );
+                let (conv1, conv2) = bf16(random_mlp(c, 4 * c)?);
+                let r = Tensor::randn(0f32, 1.0, (n, c, h, w), &dev)?;
+                let g = Tensor::randn(0f32, 1.0, c, &dev)?;
+                let host_g: Vec<f32> = g.to_vec1()?;
+                let y = conv2.forward(&conv1.forward_gelu(&x)?)?;
+                let want = (&r + y.broadcast_mul(&g.reshape((1, c, 1, 1))?)?)?;
+                let got = fused(conv1.mlp_residual(&conv2, &x, &r, Some(&host_g))?)?;
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "scaled {n}x{c}x{h}x{w}"
+                );
 
-            let co = c / 4;
-            let (conv1, _) = bf16(random_mlp(c, 4 * c)?);
-            let (narrow, _) = bf16(random_mlp(4 * c, co)?);
-            let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
-            let want = narrow.forward_add(&conv1.forward_gelu(&x)?, &r)?;
-            let got = fused(conv1.mlp_residual(&narrow, &x, &r, None)?)?;
-            assert!(
-                crate::checks::compare::same_bits(&got, &want)?,
-                "narrow {n}x{c}x{h}x{w}"
-            );
+                let co = c / 4;
+                let (conv1, _) = bf16(random_mlp(c, 4 * c)?);
+                let (narrow, _) = bf16(random_mlp(4 * c, co)?);
+                let r = Tensor::randn(0f32, 1.0, (n, co, h, w), &dev)?;
+                let want = narrow.forward_add(&conv1.forward_gelu(&x)?, &r)?;
+                let got = fused(conv1.mlp_residual(&narrow, &x, &r, None)?)?;
+                assert!(
+                    crate::checks::compare::same_bits(&got, &want)?,
+                    "narrow {n}x{c}x{h}x{w}"
+                );
 
-            // One conv in bf16 and one exact: no fused path (the ops run one by one).
-            let (mut a, b) = random_mlp(c, 2 * c)?;
-            a.set_bf16(true);
-            assert!(a.channel_mixer(&b, &x)?.is_none());
+                // One conv in bf16 and one exact: no fused path (the ops run one by one).
+                let (mut a, b) = random_mlp(c, 2 * c)?;
+                a.set_bf16(true);
+                assert!(a.channel_mixer(&b, &x)?.is_none());
+            }
         }
         Ok(())
     }
