@@ -70,7 +70,10 @@ fn batched_encoder_matches_lone_calls_bit_for_bit() -> crate::error::Result<()> 
         // A batch of two: the split works at every batch size, not just one.
         let two = model.encode_frames(&[&frames[1], &frames[0]])?;
         let want = model.encode_frame(&frames[0])?;
-        assert!(bits(&two[1].embed) == bits(&want.embed), "{precision}: batch of two");
+        assert!(
+            bits(&two[1].embed) == bits(&want.embed),
+            "{precision}: batch of two"
+        );
         assert!(model.encode_frames(&[])?.is_empty());
     }
     Ok(())
