@@ -202,6 +202,14 @@ impl MultiPipeline {
         self.shared.stats(stream)
     }
 
+    /// Image-encoder calls so far that encoded more than one frame (for tests).
+    #[doc(hidden)]
+    pub fn batched_encoder_calls(&self) -> u64 {
+        self.shared
+            .batched_calls
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stops the workers (after their current frame) and joins them.
     pub fn close(mut self) {
         self.stop();

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -99,6 +100,8 @@ pub(crate) struct MultiShared {
     state: Mutex<State>,
     not_empty: Condvar,
     not_full: Condvar,
+    /// Image-encoder calls that ran on more than one frame (tests check batching happened).
+    pub(crate) batched_calls: AtomicU64,
 }
 
 impl MultiShared {

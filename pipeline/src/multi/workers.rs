@@ -4,6 +4,7 @@
 //! while the encoder thread already works on the next round (encoder-ahead).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -66,7 +67,9 @@ impl RoundEncoder {
                     }
                 }
             }
-            self.encode(&mut ready, &to_encode);
+            if self.encode(&mut ready, &to_encode) > 1 {
+                shared.batched_calls.fetch_add(1, Ordering::Relaxed);
+            }
             if tx.send(ready).is_err() {
                 break;
             }
@@ -112,10 +115,11 @@ impl RoundEncoder {
 
     /// Runs the image encoder once on the frames at `at` (each image of the batch gets the
     /// bytes a lone call gives it: `EdgeTam::encode_frames`). If the batch fails, each frame
-    /// is encoded alone, so that one frame's failure stays that frame's.
-    fn encode(&self, ready: &mut [Ready], at: &[usize]) {
+    /// is encoded alone, so that one frame's failure stays that frame's. Returns how many
+    /// frames the batched call encoded (0 if it failed).
+    fn encode(&self, ready: &mut [Ready], at: &[usize]) -> usize {
         if at.is_empty() {
-            return;
+            return 0;
         }
         let t = Instant::now();
         let _span = tracing::info_span!("encode", frames = at.len()).entered();
@@ -124,9 +128,13 @@ impl RoundEncoder {
             .filter_map(|&i| pixels(ready, i).map(|f| (i, f)))
             .unzip();
         let model = &self.model;
+        let mut batched = 0;
         let embeddings: Vec<Result<ImageEmbedding>> =
             match install(&self.pool, || model.encode_frames(&frames)) {
-                Ok(all) if all.len() == frames.len() => all.into_iter().map(Ok).collect(),
+                Ok(all) if all.len() == frames.len() => {
+                    batched = all.len();
+                    all.into_iter().map(Ok).collect()
+                }
                 _ => frames
                     .iter()
                     .map(|f| install(&self.pool, || model.encode_frame(f)).map_err(Error::from))
@@ -139,6 +147,7 @@ impl RoundEncoder {
                 p.timings.encode = elapsed;
             }
         }
+        batched
     }
 }
 
