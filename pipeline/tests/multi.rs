@@ -10,7 +10,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fingerprint, frame_sized, model, within};
@@ -291,6 +290,7 @@ fn a_flooded_live_stream_does_not_starve_a_slow_one() {
         assert_eq!(fs.frames_dropped, dropped);
         assert_eq!(fs.frames_in, ids.len() as u64);
         assert_eq!((ss.frames_dropped, ss.frames_out), (0, 5));
+        eprintln!("flooded frames tracked per slow frame: {waits:?}");
         assert!(
             waits.iter().all(|&w| w <= 4),
             "slow stream waited {waits:?}"
@@ -321,9 +321,169 @@ fn a_backlogged_stream_does_not_delay_another() {
         assert_eq!(per[&slow].len(), 4);
         assert!(per[&flood].iter().all(|o| o.output.result().is_some()));
         assert_eq!(p.stats(flood).expect("stats").frames_dropped, 0);
+        eprintln!("flooded frames tracked per slow frame: {waits:?}");
         assert!(
             waits.iter().all(|&w| w <= 5),
             "slow stream waited {waits:?}"
         );
+    });
+}
+
+/// A stream removed while others run: its queued frames are discarded, nothing of it comes
+/// out after the removal returned, its id is refused from then on; a stream added while others
+/// run starts from its first frame. The streams that stay match lone trackers throughout.
+#[test]
+fn streams_come_and_go_while_others_run() {
+    within(600, || {
+        let p = MultiPipeline::builder(model())
+            .threads(1)
+            .build()
+            .expect("pipeline");
+        let a = p.add_stream(StreamOptions::default()).expect("stream");
+        let b = p.add_stream(StreamOptions::default()).expect("stream");
+        let (sa, sb, sc) = (SCENES[0], SCENES[1], SCENES[2]);
+        let (outputs, removed_stats, c) = std::thread::scope(|s| {
+            let reader = s.spawn(|| p.results().collect::<Result<Vec<_>, _>>());
+            for t in 0..3 {
+                feed(&p, a, sa, t);
+                feed(&p, b, sb, t);
+            }
+            let removed_stats = p.remove_stream(b).expect("remove");
+            assert!(matches!(
+                p.push(b, Frame::rgb8(sb.frame(3), sb.w, sb.h)),
+                Err(Error::UnknownStream(n)) if n == b.get()
+            ));
+            assert!(matches!(p.reset(b), Err(Error::UnknownStream(_))));
+            assert!(matches!(p.stats(b), Err(Error::UnknownStream(_))));
+            assert!(matches!(p.remove_stream(b), Err(Error::UnknownStream(_))));
+            let c = p.add_stream(StreamOptions::default()).expect("stream");
+            assert_ne!(c, b, "ids are never reused");
+            assert_eq!(p.streams(), vec![a, c]);
+            for t in 0..FRAMES {
+                if t >= 3 {
+                    feed(&p, a, sa, t);
+                }
+                assert_eq!(feed(&p, c, sc, t), t as u64);
+            }
+            p.finish();
+            let outputs = reader.join().expect("reader").expect("results");
+            (outputs, removed_stats, c)
+        });
+        let mut per = by_stream(outputs);
+        assert!(tracked(&per[&a]) == lone(sa, FRAMES), "stream a changed");
+        assert!(tracked(&per[&c]) == lone(sc, FRAMES), "the added stream");
+        // What came out of b is what its stats counted when it was removed: a prefix of its
+        // frames, each as a lone tracker gives it.
+        let b_out = per.remove(&b).unwrap_or_default();
+        assert_eq!(b_out.len() as u64, removed_stats.frames_out);
+        assert_eq!(removed_stats.frames_in, 3);
+        let want = lone(sb, b_out.len());
+        assert!(tracked(&b_out) == want, "stream b before its removal");
+    });
+}
+
+/// Bad input on one stream: a frame with a bad layout is refused by `push` (no id, nothing
+/// queued), a frame the tracker fails on (a prompt outside it) is a failed outcome of that
+/// stream only; the other stream, sharing the failing frame's encoder batch, is untouched.
+#[test]
+fn bad_input_stays_on_its_stream() {
+    within(600, || {
+        let p = MultiPipeline::builder(model())
+            .threads(1)
+            .build()
+            .expect("pipeline");
+        let good = p.add_stream(StreamOptions::default()).expect("stream");
+        let bad = p.add_stream(StreamOptions::default()).expect("stream");
+        let (sg, sb) = (SCENES[0], SCENES[0]);
+        let rgb = sb.frame(0);
+        assert!(matches!(
+            p.push(bad, Frame::rgb8(&rgb[..10], sb.w, sb.h)),
+            Err(Error::InvalidFrame(_))
+        ));
+        assert!(matches!(
+            p.push(bad, Frame::new(&rgb[..], sb.w + 1, sb.h, PixelFormat::Nv12)),
+            Err(Error::InvalidFrame(_))
+        ));
+        assert!(matches!(
+            p.add_prompt(bad, 1, Prompt::from_points(vec![])),
+            Err(Error::InvalidCommand(_))
+        ));
+        let gone = p.add_stream(StreamOptions::default()).expect("stream");
+        p.remove_stream(gone).expect("remove");
+        assert!(matches!(
+            p.push(gone, Frame::rgb8(&rgb[..], sb.w, sb.h)),
+            Err(Error::UnknownStream(_))
+        ));
+        // Frame 0 of `bad` fails (its only prompt is outside it), frame 1 is tracked.
+        p.add_prompt(bad, 1, Prompt::from_box(500.0, 500.0, 600.0, 600.0))
+            .expect("queued");
+        let outputs = std::thread::scope(|s| {
+            let reader = s.spawn(|| p.results().collect::<Result<Vec<_>, _>>());
+            for t in 0..3 {
+                assert_eq!(feed(&p, good, sg, t), t as u64);
+                if t == 1 {
+                    p.add_prompt(bad, 2, Prompt::from_box(18.0, 20.0, 44.0, 40.0))
+                        .expect("prompt");
+                }
+                if t < 2 {
+                    assert_eq!(
+                        p.push(bad, Frame::rgb8(sb.frame(t), sb.w, sb.h))
+                            .expect("push"),
+                        t as u64
+                    );
+                }
+            }
+            p.finish();
+            reader.join().expect("reader").expect("results")
+        });
+        let per = by_stream(outputs);
+        assert!(tracked(&per[&good]) == lone(sg, 3), "the good stream");
+        let b = &per[&bad];
+        assert_eq!(b.len(), 2);
+        assert!(matches!(
+            b[0].output.outcome,
+            Outcome::Failed(Error::Tracker(_))
+        ));
+        let r1 = b[1].output.result().expect("the bad stream goes on");
+        assert_eq!(r1.objects.iter().map(|o| o.id).collect::<Vec<_>>(), vec![2]);
+        let (gs, bs) = (p.stats(good).expect("stats"), p.stats(bad).expect("stats"));
+        assert_eq!((gs.frames_failed, gs.frames_out), (0, 3));
+        assert_eq!((bs.frames_in, bs.frames_failed, bs.frames_out), (2, 1, 2));
+    });
+}
+
+/// Settings refused, and a pipeline dropped with frames queued joins promptly.
+#[test]
+fn settings_and_shutdown() {
+    within(300, || {
+        assert!(matches!(
+            MultiPipeline::builder(model()).max_batch(0).build(),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            MultiPipeline::builder(model()).threads(0).build(),
+            Err(Error::Config(_))
+        ));
+        let p = MultiPipeline::builder(model()).build().expect("pipeline");
+        assert!(matches!(
+            p.add_stream(StreamOptions::default().queue_capacity(0)),
+            Err(Error::Config(_))
+        ));
+        let s = p
+            .add_stream(
+                StreamOptions::default()
+                    .drop_policy(DropPolicy::DropNewest)
+                    .queue_capacity(1),
+            )
+            .expect("stream");
+        p.add_prompt(s, 1, Prompt::from_box(18.0, 20.0, 44.0, 40.0))
+            .expect("prompt");
+        let rgb = SCENES[0].frame(0);
+        for t in 0..6 {
+            // The encoder takes one frame, the next waits: the rest are dropped.
+            assert_eq!(p.push(s, Frame::rgb8(&rgb[..], 96, 64)).expect("push"), t);
+        }
+        assert!(p.stats(s).expect("stats").frames_dropped > 0);
+        p.close();
     });
 }
