@@ -35,12 +35,13 @@
 //!   stream's frames, commands ordered with that stream's frames, resolution changes. Each
 //!   stream's results are byte-identical to a lone [`edgetam_tracker::Tracker`] fed that
 //!   stream's frames (`tests/multi.rs`). Results of different streams interleave.
-//! * Scheduling: rounds, round-robin over the streams with something queued, at most one frame
-//!   per stream per round, so no stream waits for another's backlog: a stream's frame is
-//!   tracked within the round after the one in progress when it was pushed. The encoder thread
-//!   runs the image encoder of a whole round in one call ([`MultiPipelineBuilder::max_batch`]
-//!   frames at most; frames of any sizes, each resized to the model's input), while the
-//!   tracking thread tracks the previous round (encoder-ahead).
+//! * Scheduling: rounds of at most [`MultiPipelineBuilder::max_batch`] frames, taken
+//!   round-robin over the streams with something queued, at most one frame per stream per
+//!   round, so no stream waits for another's backlog: ahead of a pushed frame are at most the
+//!   frame being tracked, the round the encoder thread already holds, and one frame of each
+//!   other stream. The encoder thread runs the image encoder of a whole round in one call
+//!   (frames of any sizes, each resized to the model's input first) while the tracking thread
+//!   tracks the previous round (encoder-ahead).
 //! * A frame rejected by `push` (bad layout) gets no id and touches nothing; a frame that fails
 //!   later is a [`crate::Outcome::Failed`] of its stream alone. A worker panic stops every
 //!   stream ([`Error::WorkerFailed`] on `recv`).
