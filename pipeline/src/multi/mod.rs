@@ -38,8 +38,8 @@
 //! * Scheduling: rounds of at most [`MultiPipelineBuilder::max_batch`] frames, taken
 //!   round-robin over the streams with something queued, at most one frame per stream per
 //!   round, so no stream waits for another's backlog: ahead of a pushed frame are at most the
-//!   frame being tracked, the round the encoder thread already holds, and one frame of each
-//!   other stream. The encoder thread runs the image encoder of a whole round in one call
+//!   rest of the round being tracked, the round the encoder thread already holds, and one
+//!   frame of each other stream. The encoder thread runs the image encoder of a whole round in one call
 //!   (frames of any sizes, each resized to the model's input first) while the tracking thread
 //!   tracks the previous round (encoder-ahead).
 //! * A frame rejected by `push` (bad layout) gets no id and touches nothing; a frame that fails
