@@ -487,3 +487,43 @@ fn settings_and_shutdown() {
         p.close();
     });
 }
+
+/// A panic on the tracking thread reaches the caller as `Error::WorkerFailed` and stops every
+/// stream; nothing hangs.
+#[test]
+fn a_worker_panic_is_an_error_not_a_hang() {
+    within(120, || {
+        let p = MultiPipeline::builder(model())
+            .track_hook(std::sync::Arc::new(|id| {
+                if id == 1 {
+                    panic!("injected fault");
+                }
+            }))
+            .build()
+            .expect("pipeline");
+        let (a, b) = (
+            p.add_stream(StreamOptions::default()).expect("stream"),
+            p.add_stream(StreamOptions::default()).expect("stream"),
+        );
+        let scene = SCENES[0];
+        for t in 0..2 {
+            p.push(a, Frame::rgb8(scene.frame(t), scene.w, scene.h))
+                .expect("push");
+        }
+        let first = p.recv().expect("frame 0");
+        assert_eq!((first.stream, first.output.id), (a, 0));
+        match p.recv() {
+            Err(Error::WorkerFailed(m)) => assert!(m.contains("injected fault"), "{m}"),
+            r => panic!("expected a worker failure, got {r:?}"),
+        }
+        assert!(matches!(p.recv(), Err(Error::Closed)));
+        assert!(matches!(
+            p.push(b, Frame::rgb8(scene.frame(0), scene.w, scene.h)),
+            Err(Error::WorkerFailed(_))
+        ));
+        assert!(matches!(
+            p.add_stream(StreamOptions::default()),
+            Err(Error::WorkerFailed(_))
+        ));
+    });
+}

@@ -14,7 +14,7 @@ use crate::multi::schedule::{MultiMsg, MultiShared};
 use crate::multi::workers::{run_tracking, RoundEncoder};
 use crate::multi::MultiPipeline;
 use crate::types::{DropPolicy, ResolutionChange};
-use crate::workers::{make_pool, StagePool};
+use crate::workers::{make_pool, StagePool, TrackHook};
 
 /// Settings of one stream of a [`MultiPipeline`] (see [`MultiPipeline::add_stream`]).
 #[derive(Debug, Clone)]
@@ -77,6 +77,7 @@ pub struct MultiPipelineBuilder {
     model: Arc<EdgeTam>,
     threads: Option<usize>,
     max_batch: usize,
+    hook: Option<TrackHook>,
 }
 
 impl MultiPipeline {
@@ -85,6 +86,7 @@ impl MultiPipeline {
             model,
             threads: None,
             max_batch: 4,
+            hook: None,
         }
     }
 }
@@ -103,6 +105,14 @@ impl MultiPipelineBuilder {
     /// 4; 1 encodes each frame alone). Results are byte-identical either way.
     pub fn max_batch(mut self, n: usize) -> Self {
         self.max_batch = n;
+        self
+    }
+
+    /// Called on the tracking thread with each frame's id (in its stream) before the frame is
+    /// tracked, for every stream (tests use it to inject a panic).
+    #[doc(hidden)]
+    pub fn track_hook(mut self, hook: TrackHook) -> Self {
+        self.hook = Some(hook);
         self
     }
 
@@ -157,7 +167,7 @@ impl MultiPipelineBuilder {
             }
         }
         Ok(MultiPipeline::start(
-            self.model, track_pool, shared, out_rx, threads,
+            self.model, track_pool, self.hook, shared, out_rx, threads,
         ))
     }
 }

@@ -67,7 +67,7 @@ use crate::queue::Command;
 use crate::stats::Stats;
 use crate::track_stage::TrackStage;
 use crate::types::{FrameId, StreamId, StreamOutput};
-use crate::workers::StagePool;
+use crate::workers::{StagePool, TrackHook};
 use schedule::{MultiMsg, MultiShared};
 
 /// A running multi-stream pipeline. Every method takes `&self`: share it (e.g. in an
@@ -78,6 +78,7 @@ pub struct MultiPipeline {
     model: Arc<EdgeTam>,
     /// The tracking thread's pool, which every stream's tracking runs in.
     track_pool: StagePool,
+    hook: Option<TrackHook>,
     shared: Arc<MultiShared>,
     results: Receiver<MultiMsg>,
     threads: Vec<JoinHandle<()>>,
@@ -87,6 +88,7 @@ impl MultiPipeline {
     fn start(
         model: Arc<EdgeTam>,
         track_pool: StagePool,
+        hook: Option<TrackHook>,
         shared: Arc<MultiShared>,
         results: Receiver<MultiMsg>,
         threads: Vec<JoinHandle<()>>,
@@ -94,6 +96,7 @@ impl MultiPipeline {
         Self {
             model,
             track_pool,
+            hook,
             shared,
             results,
             threads,
@@ -109,7 +112,7 @@ impl MultiPipeline {
         let stage = TrackStage::new(
             tracker,
             options.resolution_change,
-            None,
+            self.hook.clone(),
             self.track_pool.clone(),
         );
         self.shared
