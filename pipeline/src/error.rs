@@ -25,6 +25,9 @@ pub enum Error {
     /// [`crate::Pipeline::recv_timeout`] saw no result in time.
     #[error("no result within {0:?}")]
     Timeout(Duration),
+    /// A [`crate::MultiPipeline`] has no stream of this id (never added, or removed).
+    #[error("no stream {0} in the pipeline")]
+    UnknownStream(u64),
     /// A bad builder setting, or a thread or thread pool that could not be started.
     #[error("pipeline configuration: {0}")]
     Config(String),

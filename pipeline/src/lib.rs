@@ -1,7 +1,8 @@
 //! Frame-queue pipeline for EdgeTAM tracking: push frames (any common pixel format) from a
 //! camera thread, read results in push order from another, with a bounded input queue and a
 //! drop policy, prompts and other commands ordered with the frames, and optionally the image
-//! encoder of the next frame running on its own thread ("encoder-ahead").
+//! encoder of the next frame running on its own thread ("encoder-ahead"). Several streams
+//! (cameras) on one model and one pair of worker threads: [`MultiPipeline`].
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -49,6 +50,7 @@ mod builder;
 mod error;
 mod id_mask;
 mod mask_file;
+mod multi;
 mod palette;
 mod pipeline;
 mod png_guard;
@@ -72,10 +74,13 @@ pub use edgetam_tracker::{yuv_to_rgb, Frame, PixelFormat, PlaneRef};
 pub use error::{Error, FrameError, Result};
 pub use id_mask::{compose_id_mask, IdMaskError};
 pub use mask_file::{decode_mask, read_mask, MaskFileError};
+pub use multi::{MultiPipeline, MultiPipelineBuilder, MultiResults, StreamOptions};
 pub use palette::OBJECT_COLORS;
 pub use pipeline::{Pipeline, Results};
 pub use png_guard::{check_png_palette, check_png_palette_bytes};
 pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError, MAX_SPECS};
 pub use stats::{LatencySummary, StageTimings, Stats};
-pub use types::{DropPolicy, FrameId, FrameOutput, Outcome, ResolutionChange};
+pub use types::{
+    DropPolicy, FrameId, FrameOutput, Outcome, ResolutionChange, StreamId, StreamOutput,
+};
 pub use workers::TrackHook;

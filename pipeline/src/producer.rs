@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::queue::{Command, Item, Msg, Shared};
 use crate::stats::StageTimings;
 use crate::types::FrameId;
-use crate::workers::install;
+use crate::workers::{install, Pool};
 
 /// A frame converted (and maybe encoded) on its way to the tracking stage.
 pub(crate) struct Prepared {
@@ -72,14 +72,14 @@ pub(crate) enum Stage2 {
 /// The encoder-ahead producer: converts frames and runs the image encoder.
 pub(crate) struct Producer {
     model: Arc<EdgeTam>,
-    pool: Option<rayon::ThreadPool>,
+    pool: Pool,
     /// Objects the tracker may hold (a superset: it also drops objects on its own); with none,
     /// the tracker skips the encoder, so the producer does too.
     objects: HashSet<u32>,
 }
 
 impl Producer {
-    pub(crate) fn new(model: Arc<EdgeTam>, pool: Option<rayon::ThreadPool>) -> Self {
+    pub(crate) fn new(model: Arc<EdgeTam>, pool: Pool) -> Self {
         Self {
             model,
             pool,

@@ -79,7 +79,13 @@ impl TrackStage {
         }
     }
 
-    fn process(&mut self, p: Prepared) -> FrameOutput {
+    /// A command received since the last frame: applied right before the next one.
+    pub(crate) fn queue_command(&mut self, c: Command) {
+        self.pending.push(c);
+    }
+
+    /// One frame: the commands queued before it, a resolution change, the tracker.
+    pub(crate) fn process(&mut self, p: Prepared) -> FrameOutput {
         if let Some(hook) = &self.hook {
             hook(p.id);
         }

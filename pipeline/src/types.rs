@@ -79,3 +79,31 @@ impl FrameOutput {
         matches!(self.outcome, Outcome::Dropped)
     }
 }
+
+/// A stream of a [`crate::MultiPipeline`]: 0, 1, 2, ... in the order
+/// [`crate::MultiPipeline::add_stream`] made them, never reused after
+/// [`crate::MultiPipeline::remove_stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub(crate) u64);
+
+impl StreamId {
+    /// The id as a number (what [`crate::Error::UnknownStream`] names).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stream {}", self.0)
+    }
+}
+
+/// The result of one frame of a [`crate::MultiPipeline`]: which stream it came from, and the
+/// frame's output exactly as a lone [`crate::Pipeline`] on that stream gives it (its `id` counts
+/// that stream's frames).
+#[derive(Debug)]
+pub struct StreamOutput {
+    pub stream: StreamId,
+    pub output: FrameOutput,
+}

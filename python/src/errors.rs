@@ -198,7 +198,7 @@ pub(crate) fn pipeline_kind(e: &edgetam_pipeline::Error) -> Kind {
         E::InvalidFrame(_) => Kind::Frame,
         E::InvalidCommand(_) => Kind::Prompt,
         E::Tracker(t) => tracker_kind(t),
-        E::Config(_) => Kind::Input,
+        E::Config(_) | E::UnknownStream(_) => Kind::Input,
         E::Closed | E::WorkerFailed(_) | E::Timeout(_) => Kind::Pipeline,
     }
 }

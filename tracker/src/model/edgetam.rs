@@ -409,6 +409,54 @@ impl EdgeTam {
         })
     }
 
+    /// As [`Self::encode_frame`] on each frame, with the image encoder run once on the batch
+    /// `[N, 3, S, S]` (frames of any sizes: each is resized to the model's input first). Each
+    /// embedding holds the same bytes as [`Self::encode_frame`] on its frame alone (the kernels
+    /// compute each image of a batch as they compute a lone one; `model/batch_encoder_tests.rs`
+    /// holds it). The batch's preprocessing and encoder times are on every embedding.
+    pub fn encode_frames(&self, frames: &[&Frame]) -> Result<Vec<ImageEmbedding>> {
+        if let [frame] = frames {
+            return Ok(vec![self.encode_frame(frame)?]);
+        }
+        if frames.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::kernels::threads::on_compute_pool(|| {
+            let start = std::time::Instant::now();
+            let pixels = frames
+                .iter()
+                .map(|f| preprocess::preprocess_frame(f, self.config.image_size, &self.device))
+                .collect::<Result<Vec<_>>>()?;
+            let pixels = Tensor::cat(&pixels, 0)?;
+            let preprocess_time = start.elapsed();
+            let start = std::time::Instant::now();
+            let batch = self.image_encoder.forward(&pixels)?;
+            let no_mem = self.no_memory_embedding.reshape((1, (), 1, 1))?;
+            // Each image's tensors in storage of their own, as a lone call leaves them.
+            let one = |t: &Tensor, i: usize| t.narrow(0, i, 1)?.force_contiguous();
+            let mut out = Vec::with_capacity(frames.len());
+            for (i, frame) in frames.iter().enumerate() {
+                let features = ImageFeatures {
+                    level2: one(&batch.level2, i)?,
+                    level2_pos: batch.level2_pos.clone(),
+                    feat_s0: one(&batch.feat_s0, i)?,
+                    feat_s1: one(&batch.feat_s1, i)?,
+                };
+                let embed = crate::kernels::add(&features.level2, &no_mem)?;
+                out.push(ImageEmbedding {
+                    features,
+                    embed,
+                    original_size: (frame.width(), frame.height()),
+                    preprocess_time,
+                    encoder_time: std::time::Duration::ZERO,
+                });
+            }
+            let encoder_time = start.elapsed();
+            out.iter_mut().for_each(|e| e.encoder_time = encoder_time);
+            Ok(out)
+        })
+    }
+
     /// `preprocess`, then the image encoder, both on the compute pool, with the preprocessing
     /// time on the embedding.
     fn preprocess_and_encode(

@@ -9,6 +9,8 @@
 //! Stage files compose the crate's kernels ([`crate::kernels`]); they hold no custom op, no
 //! intrinsics and no CPU feature probe.
 
+#[cfg(test)]
+mod batch_encoder_tests;
 pub(crate) mod bf16_policy;
 pub(crate) mod config;
 pub(crate) mod conv;
