@@ -25,6 +25,8 @@ use edgetam::natural_cmp;
 
 use crate::{image_size, load_model, read_rgb, save_mask_png, InputSizeArg, ModelArgs};
 
+/// Several `--input`: one stream each, through one `MultiPipeline`.
+mod multi;
 /// `--input` of a video file, camera, URI or GStreamer description.
 #[cfg(feature = "video")]
 mod video;
@@ -71,14 +73,16 @@ pub struct TrackArgs {
     input_size: InputSizeArg,
     /// What to track: a video file, a camera (/dev/video0), a URI (rtsp://, http://, file://),
     /// `gst:DESCRIPTION` (a GStreamer source) or a folder of PNG/JPEG frames (natural name
-    /// order). `--frames` is an alias.
-    #[arg(long, alias = "frames", value_name = "SOURCE")]
-    input: String,
+    /// order). `--frames` is an alias. Repeatable: several inputs are several streams, numbered
+    /// from 0 in the order given, tracked by one model (see "Several inputs" below).
+    #[arg(long = "input", alias = "frames", value_name = "SOURCE", required = true)]
+    inputs: Vec<String>,
     /// One object's prompt (repeatable, one object and frame per flag), coordinates in frame
     /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;t=2.5;point=x,y,1;point=x,y,0` (label 1
     /// = object, 0 = background; a box and points can be combined) or `obj=3;frame=5;mask=PATH`
     /// (a PNG the frame's size, nonzero = inside). `frame=` defaults to 0; `t=SECONDS` instead
-    /// puts it on the first frame at or after that time. Quote it in a shell.
+    /// puts it on the first frame at or after that time. With several --input, `stream=N;`
+    /// first routes it to input N (default 0): `stream=1;obj=1;box=...`. Quote it in a shell.
     #[arg(long = "prompt", value_name = "SPEC", required = true, value_parser = parse_timed_spec)]
     prompts: Vec<TimedSpec>,
     /// Output folder (created): masks/, results.jsonl and, with --overlay, overlay/. Optional
@@ -90,7 +94,8 @@ pub struct TrackArgs {
     #[arg(long, requires = "out")]
     overlay: bool,
     /// Write the overlay as a video: .webm (VP8), .mkv (VP8 in Matroska) or .mp4 (H.264), at
-    /// the source's size and frame rate (a folder of frames: --fps, default 30).
+    /// the source's size and frame rate (a folder of frames: --fps, default 30). With several
+    /// --input, one file per stream: NAME.streamN.EXT.
     #[arg(long, value_name = "FILE")]
     output_video: Option<PathBuf>,
     /// Stop after N frames (live sources run until Ctrl-C otherwise).
@@ -106,16 +111,19 @@ pub struct TrackArgs {
     /// Write every frame's decoder outputs to a safetensors file: `f{F:06}/o{O}/lowres` (f32
     /// [h,w], the selected low-res mask logits), `f{F:06}/o{O}/score` (f32 [1], the object-score
     /// logit), `f{F:06}/o{O}/mask` (u8 [H,W], 0/1 at the frame's resolution). They are kept in
-    /// memory until the end: about (size/4)^2 * 4 + H * W bytes per frame and object.
+    /// memory until the end: about (size/4)^2 * 4 + H * W bytes per frame and object. With
+    /// several --input, one file per stream: D.streamN.safetensors.
     #[arg(long, value_name = "FILE", requires = "out")]
     dump_logits: Option<PathBuf>,
     /// Run the image encoder of the next frame on its own thread while the current one is
-    /// tracked. Outputs are byte-identical either way; it pays only with spare cores.
-    #[arg(long, value_name = "on|off", default_value = "off", value_parser = parse_on_off,
+    /// tracked (default off). Outputs are byte-identical either way; it pays only with spare
+    /// cores. Several --input always run it so (one encoder thread for every stream, frames of
+    /// several streams encoded in one call): `off` is refused there.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off,
           action = clap::ArgAction::Set)]
-    encoder_ahead: bool,
+    encoder_ahead: Option<bool>,
     /// Frames read ahead into the pipeline's queue (reading waits when it is full; a live
-    /// source drops the oldest instead).
+    /// source drops the oldest instead); with several --input, each stream's queue.
     #[arg(long = "queue", value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
@@ -156,9 +164,12 @@ fn parse_fps(s: &str) -> std::result::Result<f64, String> {
 pub struct TimedSpec {
     spec: PromptSpec,
     t: Option<f64>,
+    /// The input it is for (`stream=N`, default 0).
+    stream: usize,
 }
 
 fn parse_timed_spec(s: &str) -> std::result::Result<TimedSpec, String> {
+    let (stream, s) = edgetam::pipeline::take_stream(s).map_err(|e| e.to_string())?;
     let (mut t, mut rest, mut frame) = (None, Vec::new(), false);
     for token in s.split(';') {
         let trimmed = token.trim();
@@ -186,7 +197,11 @@ fn parse_timed_spec(s: &str) -> std::result::Result<TimedSpec, String> {
         return Err("give frame= or t=, not both".into());
     }
     let spec = PromptSpec::parse(&rest.join(";")).map_err(|e| e.to_string())?;
-    Ok(TimedSpec { spec, t })
+    Ok(TimedSpec {
+        spec,
+        t,
+        stream: stream.unwrap_or(0),
+    })
 }
 
 /// A frame pushed into the pipeline, waiting for its result.
@@ -352,6 +367,51 @@ struct Record<'a> {
     prompted: bool,
 }
 
+/// Where one stream's outputs go: --out, --overlay, --dump-logits and --output-video as given
+/// (one input), or each with its stream in its name (several).
+#[derive(Debug, Clone)]
+struct OutPaths {
+    out: Option<PathBuf>,
+    overlay: bool,
+    dump_logits: Option<PathBuf>,
+    output_video: Option<PathBuf>,
+}
+
+impl OutPaths {
+    /// One input: the paths as given.
+    fn of(args: &TrackArgs) -> Self {
+        Self {
+            out: args.out.clone(),
+            overlay: args.overlay,
+            dump_logits: args.dump_logits.clone(),
+            output_video: args.output_video.clone(),
+        }
+    }
+
+    /// Stream `n` of several: `--out DIR/stream-N/`, `NAME.streamN.EXT`, `D.streamN.safetensors`.
+    fn for_stream(args: &TrackArgs, n: usize) -> Self {
+        Self {
+            out: args.out.as_ref().map(|d| d.join(format!("stream-{n}"))),
+            overlay: args.overlay,
+            dump_logits: args.dump_logits.as_deref().map(|p| stream_file(p, n)),
+            output_video: args.output_video.as_deref().map(|p| stream_file(p, n)),
+        }
+    }
+}
+
+/// `NAME.EXT` -> `NAME.streamN.EXT` (`NAME` -> `NAME.streamN`), in the same folder.
+fn stream_file(path: &Path, n: usize) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.stream{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.stream{n}"),
+    };
+    path.with_file_name(name)
+}
+
 /// Where a frame's results go in --out.
 struct Outputs {
     masks: PathBuf,
@@ -361,14 +421,14 @@ struct Outputs {
 }
 
 impl Outputs {
-    fn create(args: &TrackArgs, out: &Path) -> Result<Self> {
+    fn create(paths: &OutPaths, out: &Path) -> Result<Self> {
         let masks = out.join("masks");
-        let overlay = args.overlay.then(|| out.join("overlay"));
+        let overlay = paths.overlay.then(|| out.join("overlay"));
         for dir in std::iter::once(&masks).chain(&overlay) {
             fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create folder {}", dir.display()))?;
         }
-        if let Some(parent) = args.dump_logits.as_deref().and_then(Path::parent) {
+        if let Some(parent) = paths.dump_logits.as_deref().and_then(Path::parent) {
             if !parent.as_os_str().is_empty() && !parent.is_dir() {
                 bail!("--dump-logits: folder {} does not exist", parent.display());
             }
@@ -380,7 +440,7 @@ impl Outputs {
             masks,
             overlay,
             results: BufWriter::new(file),
-            dump: args.dump_logits.as_ref().map(|_| HashMap::new()),
+            dump: paths.dump_logits.as_ref().map(|_| HashMap::new()),
         })
     }
 
@@ -470,6 +530,10 @@ struct Sink {
     outputs: Option<Outputs>,
     #[cfg(feature = "video")]
     encoder: Option<crate::video::encode::Encoder>,
+    /// A folder's output video (a stream of several): started at the size of the first frame
+    /// tracked, at this rate.
+    #[cfg(feature = "video")]
+    video_later: Option<(PathBuf, crate::video::encode::Format, (i32, i32))>,
     pb: ProgressBar,
     total: Option<usize>,
     recent: VecDeque<Duration>,
@@ -479,6 +543,8 @@ struct Sink {
     dropped: usize,
     objects: usize,
     in_tracker: Duration,
+    /// `stream N: ` in front of its progress and summary lines (several inputs), else empty.
+    prefix: String,
 }
 
 impl Sink {
@@ -488,6 +554,8 @@ impl Sink {
             outputs,
             #[cfg(feature = "video")]
             encoder: None,
+            #[cfg(feature = "video")]
+            video_later: None,
             pb: progress_bar(total),
             total,
             recent: VecDeque::with_capacity(10),
@@ -497,6 +565,7 @@ impl Sink {
             dropped: 0,
             objects: 0,
             in_tracker: Duration::ZERO,
+            prefix: String::new(),
         }
     }
 
@@ -525,6 +594,13 @@ impl Sink {
             }
         };
         self.in_tracker += r.timings.encode + r.timings.track;
+        #[cfg(feature = "video")]
+        if let Some((path, format, fps)) = self.video_later.take() {
+            let (w, h) = (job.img.width() as usize, job.img.height() as usize);
+            self.encoder = Some(crate::video::encode::Encoder::start(
+                &path, format, w, h, fps,
+            )?);
+        }
         if let Some(outputs) = &mut self.outputs {
             outputs.write(&job, &result)?;
         }
@@ -549,24 +625,27 @@ impl Sink {
         }
         self.recent.push_back(now - self.last_done);
         self.last_done = now;
-        self.pb
-            .set_message(progress_message(job.f, self.total, &self.recent, &result));
+        let msg = progress_message(job.f, self.total, &self.recent, &result);
+        self.pb.set_message(format!("{}{msg}", self.prefix));
         self.pb.inc(1);
         Ok(())
     }
 
     /// Finishes the files (the video's EOS, the logits) and prints the summary.
-    fn finish(self, args: &TrackArgs, input: &str, stopped: Option<&str>) -> Result<()> {
+    fn finish(self, paths: &OutPaths, input: &str, stopped: Option<&str>) -> Result<()> {
         self.pb.finish_and_clear();
+        let prefix = &self.prefix;
         if self.tracked == 0 {
             match stopped {
-                Some(why) => bail!("stopped ({why}) before a frame of {input} was tracked"),
-                None => bail!("no frame of {input} could be read"),
+                Some(why) => {
+                    bail!("{prefix}stopped ({why}) before a frame of {input} was tracked")
+                }
+                None => bail!("{prefix}no frame of {input} could be read"),
             }
         }
-        let mut wrote: Vec<String> = args.out.iter().map(|p| p.display().to_string()).collect();
+        let mut wrote: Vec<String> = paths.out.iter().map(|p| p.display().to_string()).collect();
         if let (Some(path), Some(dump)) = (
-            &args.dump_logits,
+            &paths.dump_logits,
             self.outputs.as_ref().and_then(|o| o.dump.as_ref()),
         ) {
             candle_core::safetensors::save(dump, path)
@@ -574,7 +653,7 @@ impl Sink {
             wrote.push(path.display().to_string());
         }
         #[cfg(feature = "video")]
-        if let (Some(encoder), Some(path)) = (self.encoder, &args.output_video) {
+        if let (Some(encoder), Some(path)) = (self.encoder, &paths.output_video) {
             let codec = encoder.codec();
             let n = encoder.finish()?;
             wrote.push(format!("{} ({codec}, {n} frames)", path.display()));
@@ -582,8 +661,8 @@ impl Sink {
         let tracked = self.tracked;
         let ms = self.start.elapsed().as_secs_f64() * 1e3 / tracked as f64;
         println!(
-            "tracked {tracked} frames, {} object(s): mean {ms:.1} ms/frame ({:.1} ms in the \
-             tracker), {:.2} fps; wrote {}",
+            "{prefix}tracked {tracked} frames, {} object(s): mean {ms:.1} ms/frame ({:.1} ms in \
+             the tracker), {:.2} fps; wrote {}",
             self.objects,
             self.in_tracker.as_secs_f64() * 1e3 / tracked as f64,
             1e3 / ms,
@@ -591,14 +670,31 @@ impl Sink {
         );
         if self.dropped > 0 {
             println!(
-                "dropped {} frame(s) that arrived while the tracker was busy (live source)",
+                "{prefix}dropped {} frame(s) that arrived while the tracker was busy (live \
+                 source)",
                 self.dropped
             );
         }
         if let Some(why) = stopped {
-            println!("stopped: {why}");
+            println!("{prefix}stopped: {why}");
         }
         Ok(())
+    }
+}
+
+/// Where a reader puts its frames and prompts: the lone pipeline, or one stream of several.
+trait Feed: Sync {
+    fn add_prompt(&self, obj: u32, prompt: ObjectPrompt) -> edgetam::pipeline::Result<()>;
+    fn push(&self, frame: Frame<'_>) -> edgetam::pipeline::Result<()>;
+}
+
+impl Feed for Pipeline {
+    fn add_prompt(&self, obj: u32, prompt: ObjectPrompt) -> edgetam::pipeline::Result<()> {
+        Pipeline::add_prompt(self, obj, prompt)
+    }
+
+    fn push(&self, frame: Frame<'_>) -> edgetam::pipeline::Result<()> {
+        Pipeline::push(self, frame).map(|_| ())
     }
 }
 
@@ -617,29 +713,52 @@ fn build_pipeline(args: &TrackArgs, live: bool) -> Result<Pipeline> {
         } else {
             DropPolicy::Block
         })
-        .encoder_ahead(args.encoder_ahead)
+        .encoder_ahead(args.encoder_ahead.unwrap_or(false))
         // Frames of another size go on being tracked, as by a serially driven tracker.
         .resolution_change(ResolutionChange::Continue)
         .build()?)
 }
 
 pub fn track(args: TrackArgs) -> Result<()> {
-    if Path::new(&args.input).is_dir() {
+    let inputs = args.inputs.len();
+    for s in &args.prompts {
+        if s.stream >= inputs {
+            let has = match inputs {
+                1 => "is 1 input (stream 0)".to_string(),
+                n => format!("are {n} inputs (streams 0 to {})", n - 1),
+            };
+            bail!(
+                "the prompt for object {} is on stream {}, but there {has}: give one --input per \
+                 stream",
+                s.spec.obj,
+                s.stream
+            );
+        }
+    }
+    if inputs > 1 {
+        return multi::track_multi(args);
+    }
+    if Path::new(&args.inputs[0]).is_dir() {
         return track_folder(args);
     }
     #[cfg(feature = "video")]
     return video::track_video(args);
     #[cfg(not(feature = "video"))]
+    not_a_folder(&args.inputs[0])
+}
+
+/// An input that is not a folder, in a build without the `video` feature.
+#[cfg(not(feature = "video"))]
+fn not_a_folder(input: &str) -> Result<()> {
     bail!(
-        "{}: this edgetam was built without the `video` feature, so --input takes a folder of \
-         frames only",
-        args.input
+        "{input}: this edgetam was built without the `video` feature, so --input takes a \
+         folder of frames only"
     );
 }
 
 /// A folder of frames, read on this thread in natural name order.
 fn track_folder(args: TrackArgs) -> Result<()> {
-    let dir = PathBuf::from(&args.input);
+    let dir = PathBuf::from(&args.inputs[0]);
     let mut frames = list_frames(&dir)?;
     let fps = args.fps;
     let keep = match (args.max_frames, args.duration) {
@@ -659,10 +778,11 @@ fn track_folder(args: TrackArgs) -> Result<()> {
     if args.output_video.is_some() {
         bail!("--output-video: this edgetam was built without the `video` feature");
     }
+    let paths = OutPaths::of(&args);
     let outputs = args
         .out
         .as_deref()
-        .map(|out| Outputs::create(&args, out))
+        .map(|out| Outputs::create(&paths, out))
         .transpose()?;
     let pipeline = build_pipeline(&args, false)?;
     let mut sink = Sink::new(outputs, Some(frames.len()));
@@ -721,7 +841,7 @@ fn track_folder(args: TrackArgs) -> Result<()> {
     for r in pipeline.results() {
         handle(r?, &mut in_flight, &mut sink)?;
     }
-    sink.finish(&args, &dir.display().to_string(), None)?;
+    sink.finish(&paths, &dir.display().to_string(), None)?;
     if !skipped.is_empty() {
         println!(
             "skipped {} unreadable frame(s): {}",

@@ -78,7 +78,9 @@ pub use multi::{MultiPipeline, MultiPipelineBuilder, MultiResults, StreamOptions
 pub use palette::OBJECT_COLORS;
 pub use pipeline::{Pipeline, Results};
 pub use png_guard::{check_png_palette, check_png_palette_bytes};
-pub use prompt_spec::{parse_floats, parse_point, PromptSpec, PromptSpecError, MAX_SPECS};
+pub use prompt_spec::{
+    parse_floats, parse_point, take_stream, PromptSpec, PromptSpecError, MAX_SPECS,
+};
 pub use stats::{LatencySummary, StageTimings, Stats};
 pub use types::{
     DropPolicy, FrameId, FrameOutput, Outcome, ResolutionChange, StreamId, StreamOutput,

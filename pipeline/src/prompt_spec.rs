@@ -176,6 +176,44 @@ impl PromptSpec {
     }
 }
 
+/// Takes a `stream=N` token out of a spec: the stream (of several, counted from 0) the prompt
+/// is for, and the rest of the spec, for [`PromptSpec::parse`]. Front ends that track several
+/// streams (`edgetam track` with several `--input`) route a spec with it; conventionally it
+/// comes first (`stream=1;obj=1;frame=0;box=10,20,50,60`), but like every key it can be
+/// anywhere. `None` when the spec has none (the caller's default stream, 0 for the CLI).
+/// [`PromptSpec::parse`] itself does not know the key, so front ends with one stream keep
+/// refusing it.
+///
+/// ```
+/// use edgetam_pipeline::{take_stream, PromptSpec};
+/// let (stream, rest) = take_stream("stream=2; obj=1;box=10,20,50,60").unwrap();
+/// assert_eq!(stream, Some(2));
+/// assert_eq!(PromptSpec::parse(&rest).unwrap().obj, 1);
+/// assert_eq!(take_stream("obj=1;box=1,2,3,4").unwrap().0, None);
+/// assert!(take_stream("stream=x;obj=1;box=1,2,3,4").is_err());
+/// ```
+pub fn take_stream(s: &str) -> Result<(Option<usize>, String), PromptSpecError> {
+    let (mut stream, mut rest) = (None, Vec::new());
+    for token in s.split(';') {
+        let trimmed = token.trim();
+        match trimmed.split_once('=') {
+            Some((key, value)) if key.trim() == "stream" => {
+                let bad = |reason: &str| PromptSpecError::BadToken {
+                    token: trimmed.to_string(),
+                    reason: reason.into(),
+                };
+                let n = value
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|_| bad("the stream index must be a non-negative integer"))?;
+                set_once(&mut stream, n, "stream").map_err(|e| bad(&e))?;
+            }
+            _ => rest.push(token),
+        }
+    }
+    Ok((stream, rest.join(";")))
+}
+
 /// Most specs in one `|`-separated list: every object a tracker can hold
 /// ([`edgetam_tracker::limits::MAX_OBJECTS`]) prompted four times.
 pub const MAX_SPECS: usize = 4 * edgetam_tracker::limits::MAX_OBJECTS;
@@ -261,6 +299,24 @@ mod tests {
         );
         let e = PromptSpec::parse("obj=1;box=1,2,3,4;box=1,2,3,4").unwrap_err();
         assert!(e.to_string().contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn stream_tokens() {
+        let (n, rest) = take_stream("stream=1;obj=2;frame=3;box=1,2,3,4").unwrap();
+        assert_eq!(n, Some(1));
+        let p = PromptSpec::parse(&rest).unwrap();
+        assert_eq!((p.obj, p.frame), (2, 3));
+        let (n, rest) = take_stream("obj=2; stream = 4 ;point=1,2,1").unwrap();
+        assert_eq!((n, PromptSpec::parse(&rest).unwrap().obj), (Some(4), 2));
+        assert_eq!(take_stream("obj=1;box=1,2,3,4").unwrap().0, None);
+        let e = take_stream("stream=-1;obj=1;box=1,2,3,4").unwrap_err();
+        assert!(matches!(&e, PromptSpecError::BadToken { token, .. } if token == "stream=-1"));
+        let e = take_stream("stream=1;stream=2;obj=1;box=1,2,3,4").unwrap_err();
+        assert!(e.to_string().contains("given twice"), "{e}");
+        // The spec parser alone still refuses the key (front ends with one stream).
+        let e = PromptSpec::parse("stream=1;obj=1;box=1,2,3,4").unwrap_err();
+        assert!(e.to_string().contains("unknown key `stream`"), "{e}");
     }
 
     #[test]

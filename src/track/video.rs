@@ -14,7 +14,7 @@ use crate::video::decode::{Next, SourceKind, VideoSource};
 use crate::video::encode::{Encoder, Format};
 
 /// A prompt waiting for its frame.
-struct Scheduled {
+pub(super) struct Scheduled {
     timed: TimedSpec,
     prompt: ObjectPrompt,
     done: bool,
@@ -33,10 +33,10 @@ impl Scheduled {
 
 /// The prompts by frame index or time, checked against the source (coordinates and mask sizes
 /// against its frame size, times against its length) before the model is loaded.
-struct Schedule(Vec<Scheduled>);
+pub(super) struct Schedule(Vec<Scheduled>);
 
 impl Schedule {
-    fn new(specs: &[TimedSpec], source: &VideoSource, label: &str) -> Result<Self> {
+    pub(super) fn new(specs: &[TimedSpec], source: &VideoSource, label: &str) -> Result<Self> {
         let (w, h) = (source.width, source.height);
         let mut scheduled: Vec<Scheduled> = Vec::new();
         for s in specs {
@@ -100,7 +100,7 @@ impl Schedule {
     }
 
     /// The prompts whose frame never came.
-    fn pending(&self) -> Vec<String> {
+    pub(super) fn pending(&self) -> Vec<String> {
         self.0
             .iter()
             .filter(|s| !s.done)
@@ -111,7 +111,7 @@ impl Schedule {
 
 /// Why the reader stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub(super) enum End {
     /// The source ended.
     Eos,
     /// --max-frames or --duration.
@@ -121,18 +121,54 @@ enum End {
 }
 
 /// What the reader thread did.
-struct Fed {
-    frames: usize,
-    last_pts: Option<Duration>,
-    end: End,
-    schedule: Schedule,
+pub(super) struct Fed {
+    pub(super) frames: usize,
+    pub(super) last_pts: Option<Duration>,
+    pub(super) end: End,
+    pub(super) schedule: Schedule,
+}
+
+impl Fed {
+    /// Prompts whose frame never came: an error when the source ended, else a warning (the run
+    /// was stopped before); then why the run stopped early, if it did.
+    pub(super) fn check(
+        &self,
+        label: &str,
+        interrupted: bool,
+        warn: impl Fn(&str),
+    ) -> Result<Option<String>> {
+        let pending = self.schedule.pending();
+        if !pending.is_empty() {
+            let at = self
+                .last_pts
+                .map(|t| format!(", the last at t={:.3} s", t.as_secs_f64()))
+                .unwrap_or_else(|| ", without timestamps".into());
+            let why = format!(
+                "no frame for the prompt of {} ({label} gave {} frames{at})",
+                pending.join(", "),
+                self.frames
+            );
+            if self.end == End::Eos {
+                bail!("{why}");
+            }
+            warn(&format!("warning: {why}"));
+        }
+        Ok(match self.end {
+            End::Halted if interrupted => Some(format!("Ctrl-C after {} frames", self.frames)),
+            End::Limit => Some(format!(
+                "--max-frames / --duration reached after {} frames",
+                self.frames
+            )),
+            _ => None,
+        })
+    }
 }
 
 /// The reader thread: frames from the source into the pipeline, each frame's prompts first,
 /// until the source ends, a limit is reached or `halt` is set.
-fn feed(
+pub(super) fn feed(
     source: &VideoSource,
-    pipeline: &Pipeline,
+    pipeline: &dyn Feed,
     mut schedule: Schedule,
     jobs: mpsc::Sender<InFlight>,
     halt: &AtomicBool,
@@ -189,8 +225,64 @@ fn feed(
     })
 }
 
+/// The frames a source that is not live will give (its length at its rate, at most
+/// `max_frames`), for the progress bar.
+pub(super) fn total_frames(source: &VideoSource, max_frames: Option<u64>) -> Option<usize> {
+    match (source.duration, source.fps) {
+        (Some(d), Some((n, dn))) if !source.live => {
+            let frames = (d.as_secs_f64() * f64::from(n) / f64::from(dn)).round() as usize;
+            Some(match max_frames {
+                Some(m) => frames.min(usize::try_from(m).unwrap_or(usize::MAX)),
+                None => frames,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Ctrl-C: the first finishes the run (the output video gets its EOS), a second one exits.
+/// Set before an encoder starts, so that no Ctrl-C leaves its temporary file behind.
+pub(super) fn ctrl_c() -> Result<Arc<AtomicBool>> {
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let sigint = signal_hook::consts::SIGINT;
+    signal_hook::flag::register_conditional_shutdown(sigint, 130, Arc::clone(&interrupt))
+        .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&interrupt)))
+        .context("cannot handle Ctrl-C")?;
+    Ok(interrupt)
+}
+
+/// The output video's encoder at the source's size and rate (30 fps when it has none).
+pub(super) fn start_encoder(path: &Path, format: Format, source: &VideoSource) -> Result<Encoder> {
+    let fps = source.fps.unwrap_or((30, 1));
+    Ok(Encoder::start(
+        path,
+        format,
+        source.width,
+        source.height,
+        fps,
+    )?)
+}
+
+/// `LABEL: 640x360, 30.00 fps, 2.00 s`.
+pub(super) fn describe(source: &VideoSource, label: &str) -> String {
+    let fps = source
+        .fps
+        .map(|(n, d)| format!(", {:.2} fps", f64::from(n) / f64::from(d)))
+        .unwrap_or_default();
+    format!(
+        "{label}: {}x{}{fps}{}",
+        source.width,
+        source.height,
+        match source.duration {
+            Some(d) => format!(", {:.2} s", d.as_secs_f64()),
+            None if source.live => ", live: until Ctrl-C, --max-frames or --duration".into(),
+            None => String::new(),
+        }
+    )
+}
+
 pub(super) fn track_video(args: TrackArgs) -> Result<()> {
-    let kind = SourceKind::parse(&args.input);
+    let kind = SourceKind::parse(&args.inputs[0]);
     let label = kind.label();
     let format = args
         .output_video
@@ -199,54 +291,19 @@ pub(super) fn track_video(args: TrackArgs) -> Result<()> {
         .transpose()?;
     let source = VideoSource::open(&kind)?;
     let schedule = Schedule::new(&args.prompts, &source, &label)?;
+    let paths = OutPaths::of(&args);
     let outputs = args
         .out
         .as_deref()
-        .map(|out| Outputs::create(&args, out))
+        .map(|out| Outputs::create(&paths, out))
         .transpose()?;
     let pipeline = build_pipeline(&args, source.live)?;
-    let total = match (source.duration, source.fps) {
-        (Some(d), Some((n, dn))) if !source.live => {
-            let frames = (d.as_secs_f64() * f64::from(n) / f64::from(dn)).round() as usize;
-            Some(match args.max_frames {
-                Some(m) => frames.min(usize::try_from(m).unwrap_or(usize::MAX)),
-                None => frames,
-            })
-        }
-        _ => None,
-    };
-    let mut sink = Sink::new(outputs, total);
-    // Ctrl-C: the first finishes the run (the output video gets its EOS), a second one exits.
-    // Set before the encoder starts, so that no Ctrl-C leaves its temporary file behind.
-    let interrupt = Arc::new(AtomicBool::new(false));
-    let sigint = signal_hook::consts::SIGINT;
-    signal_hook::flag::register_conditional_shutdown(sigint, 130, Arc::clone(&interrupt))
-        .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&interrupt)))
-        .context("cannot handle Ctrl-C")?;
+    let mut sink = Sink::new(outputs, total_frames(&source, args.max_frames));
+    let interrupt = ctrl_c()?;
     if let (Some(format), Some(path)) = (format, &args.output_video) {
-        let fps = source.fps.unwrap_or((30, 1));
-        sink.encoder = Some(Encoder::start(
-            path,
-            format,
-            source.width,
-            source.height,
-            fps,
-        )?);
+        sink.encoder = Some(start_encoder(path, format, &source)?);
     }
-    let fps = source
-        .fps
-        .map(|(n, d)| format!(", {:.2} fps", f64::from(n) / f64::from(d)))
-        .unwrap_or_default();
-    eprintln!(
-        "input: {label}: {}x{}{fps}{}",
-        source.width,
-        source.height,
-        match source.duration {
-            Some(d) => format!(", {:.2} s", d.as_secs_f64()),
-            None if source.live => ", live: until Ctrl-C, --max-frames or --duration".into(),
-            None => String::new(),
-        }
-    );
+    eprintln!("input: {}", describe(&source, &label));
     source.start()?;
 
     let halt = AtomicBool::new(false);
@@ -294,29 +351,6 @@ pub(super) fn track_video(args: TrackArgs) -> Result<()> {
     });
     let interrupted = looped?;
     let fed = fed?;
-    let pending = fed.schedule.pending();
-    if !pending.is_empty() {
-        let at = fed
-            .last_pts
-            .map(|t| format!(", the last at t={:.3} s", t.as_secs_f64()))
-            .unwrap_or_else(|| ", without timestamps".into());
-        let why = format!(
-            "no frame for the prompt of {} ({label} gave {} frames{at})",
-            pending.join(", "),
-            fed.frames
-        );
-        if fed.end == End::Eos {
-            bail!("{why}");
-        }
-        sink.pb.suspend(|| eprintln!("warning: {why}"));
-    }
-    let stopped = match fed.end {
-        End::Halted if interrupted => Some(format!("Ctrl-C after {} frames", fed.frames)),
-        End::Limit => Some(format!(
-            "--max-frames / --duration reached after {} frames",
-            fed.frames
-        )),
-        _ => None,
-    };
-    sink.finish(&args, &label, stopped.as_deref())
+    let stopped = fed.check(&label, interrupted, |w| sink.pb.suspend(|| eprintln!("{w}")))?;
+    sink.finish(&paths, &label, stopped.as_deref())
 }
