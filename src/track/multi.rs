@@ -425,11 +425,12 @@ pub(super) fn track_multi(args: TrackArgs) -> Result<()> {
     let interrupted = looped?;
     let reads = reads.into_iter().collect::<Result<Vec<Read>>>()?;
     let elapsed = start.elapsed().as_secs_f64();
-    let mut tracked = 0;
-    for (n, ((read, sink), source)) in reads.into_iter().zip(sinks).zip(&sources).enumerate() {
-        tracked += sink.tracked;
+    // Every stream's prompts that never came to a frame are checked before any output is
+    // finished (an error leaves no summary of the others).
+    let mut ends = Vec::new();
+    for (n, (read, source)) in reads.into_iter().zip(&sources).enumerate() {
         let label = source.label();
-        match read {
+        ends.push(match read {
             Read::Folder {
                 frames,
                 halted,
@@ -437,23 +438,28 @@ pub(super) fn track_multi(args: TrackArgs) -> Result<()> {
             } => {
                 let stopped =
                     (halted && interrupted).then(|| format!("Ctrl-C after {frames} frames"));
-                sink.finish(&paths[n], &label, stopped.as_deref())?;
-                if !skipped.is_empty() {
-                    println!(
-                        "stream {n}: skipped {} unreadable frame(s): {}",
-                        skipped.len(),
-                        skipped.join(", ")
-                    );
-                }
+                (label, stopped, skipped)
             }
             #[cfg(feature = "video")]
             Read::Video(fed) => {
-                let prefix = sink.prefix.clone();
+                let prefix = &sinks[n].prefix;
                 let stopped = fed
                     .check(&label, interrupted, |w| eprintln!("{prefix}{w}"))
                     .with_context(|| format!("stream {n}"))?;
-                sink.finish(&paths[n], &label, stopped.as_deref())?;
+                (label, stopped, Vec::new())
             }
+        });
+    }
+    let mut tracked = 0;
+    for (n, (sink, (label, stopped, skipped))) in sinks.into_iter().zip(ends).enumerate() {
+        tracked += sink.tracked;
+        sink.finish(&paths[n], &label, stopped.as_deref())?;
+        if !skipped.is_empty() {
+            println!(
+                "stream {n}: skipped {} unreadable frame(s): {}",
+                skipped.len(),
+                skipped.join(", ")
+            );
         }
     }
     println!(
