@@ -22,6 +22,9 @@ use serde::Serialize;
 use crate::bench_plot::{self, PlotSeries};
 use crate::ModelArgs;
 
+/// `--streams`: one multi-stream pipeline against independent ones.
+mod streams;
+
 pub const AFTER_HELP: &str = "\
 Synthetic input (the default) is 640x360 RGB frames with one moving square per object, the same \
 frames and box prompts as tools/reference/time_reference.py, so the two can be compared stage by \
@@ -31,7 +34,9 @@ they are).
 
 Stages: preprocess, image encoder (backbone + FPN + high-res convs), memory attention (memory \
 gathering + the transformer), prompt encoder + mask decoder, memory encoder + spatial perceiver, \
-post-process (full-resolution masks and boxes). GFLOP/s are 2 x counted multiply-adds / time.";
+post-process (full-resolution masks and boxes). GFLOP/s are 2 x counted multiply-adds / time.
+
+--streams 1,2,4 measures several streams instead of the stage tables: for each N, N synthetic streams (one object each, the frames above) through one multi-stream pipeline (mode `multi`: one model, one image-encoder thread that encodes a frame of each stream in one call, one tracking thread), then N independent single-stream pipelines running at the same time (mode `independent`: each with its own encoder-ahead pair of threads, the same weights). Each stream is fed with at most 2 frames between push and result. Columns: `aggregate FPS` is frames of all streams per second (the sum of the streams' FPS, each its measured frames over the time from its last warm-up result to its last result); `FPS/stream` is that over N; `p50 ms` and `p95 ms` are the push-to-result latency of every stream's measured frames together; `worst p95 ms` is the largest of the streams' own p95. --json writes them under `streams`, with each stream's FPS, median, p95 and per-frame latencies.";
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -50,6 +55,13 @@ pub struct BenchArgs {
     /// `synthetic` (generated 640x360 frames) or a folder of PNG/JPEG frames.
     #[arg(long, value_name = "synthetic|DIR", default_value = "synthetic")]
     input: String,
+    /// Stream counts to compare, comma-separated (e.g. 1,2,4): N synthetic streams through one
+    /// multi-stream pipeline against N independent pipelines, aggregate FPS and per-stream
+    /// latency (median, p95) for both (see below). Replaces the stage tables.
+    #[arg(long, value_name = "N,..", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..=64),
+          conflicts_with_all = ["objects", "encoder_ahead", "layers", "plot", "input"])]
+    streams: Vec<u32>,
     /// Object counts to measure, comma-separated.
     #[arg(long, value_name = "N,..", default_value = "1,3", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -514,6 +526,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         edgetam::tracker::EdgeTamConfig::default().at_input_size(n)?;
     }
     let total = (args.warmup + args.frames) as usize;
+    if !args.streams.is_empty() {
+        return bench_streams(&args, &sizes, &dtypes, threads);
+    }
     let input = Input::open(&args.input, total)?;
     let (fw, fh) = input.size();
     let runs = args.objects.len() * modes.len() * dtypes.len();
@@ -646,6 +661,93 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     if let Some(path) = &args.plot {
         bench_plot::draw(path, &reports_for_plot(&reports))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--streams`: per input size and precision, every stream count in both modes.
+fn bench_streams(
+    args: &BenchArgs,
+    sizes: &[Option<usize>],
+    dtypes: &[Precision],
+    threads: usize,
+) -> Result<()> {
+    let total = (args.warmup + args.frames) as usize;
+    let clip = streams::clip(total);
+    let frames_per_size: usize = args.streams.iter().map(|&n| 2 * n as usize * total).sum();
+    let mut reports = Vec::new();
+    for &size in sizes {
+        let strictest = if dtypes.contains(&Precision::Bf16) {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        };
+        let mut model = crate::load_model(&args.model, size, strictest)?;
+        let image_size = model.config().image_size;
+        eprintln!(
+            "bench: {image_size} input, {SYNTH_W}x{SYNTH_H} synthetic frames, {threads} threads, \
+             streams {:?} x (multi, independent) x ({} warm-up + {} measured frames per \
+             stream)\ncpu: {}",
+            args.streams,
+            args.warmup,
+            args.frames,
+            CpuInfo::read().describe(),
+        );
+        let progress = ProgressBar::new((frames_per_size * dtypes.len()) as u64);
+        progress.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} frames  {msg}  [{elapsed}<{eta}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let first = reports.len();
+        for &n in &args.streams {
+            for mode in [streams::Mode::Multi, streams::Mode::Independent] {
+                for &dtype in dtypes {
+                    model
+                        .try_set_precision(dtype)
+                        .with_context(|| format!("--dtype {dtype}"))?;
+                    let shared = Arc::new(model);
+                    progress.set_message(format!("{image_size} input, {n} stream(s), {mode:?}"));
+                    let run = streams::StreamsRun {
+                        model: &shared,
+                        frames: &clip,
+                        warmup: args.warmup,
+                        progress: &progress,
+                        dtype: dtype.to_string(),
+                        threads,
+                    };
+                    reports.push(run.measure(n as usize, mode)?);
+                    model = Arc::try_unwrap(shared)
+                        .map_err(|_| anyhow::anyhow!("the model is still shared after a run"))?;
+                }
+            }
+        }
+        progress.finish_and_clear();
+        print!("{}", streams::render(&reports[first..]));
+    }
+    let peak_rss = peak_rss_mib();
+    if let Some(mib) = peak_rss {
+        println!("peak RSS {mib:.0} MiB (whole run, model included)");
+    }
+    if let Some(path) = &args.json {
+        let mut sizes: Vec<usize> = reports.iter().map(|r| r.image_size).collect();
+        sizes.dedup();
+        let doc = serde_json::json!({
+            "tool": "edgetam bench",
+            "version": env!("CARGO_PKG_VERSION"),
+            "input": "synthetic",
+            "threads": threads,
+            "size": match sizes.as_slice() {
+                [one] => serde_json::json!(one),
+                all => serde_json::json!(all),
+            },
+            "machine": machine(),
+            "peak_rss_mib": peak_rss,
+            "configs": [],
+            "streams": reports,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
