@@ -75,7 +75,12 @@ pub struct TrackArgs {
     /// `gst:DESCRIPTION` (a GStreamer source) or a folder of PNG/JPEG frames (natural name
     /// order). `--frames` is an alias. Repeatable: several inputs are several streams, numbered
     /// from 0 in the order given, tracked by one model (see "Several inputs" below).
-    #[arg(long = "input", alias = "frames", value_name = "SOURCE", required = true)]
+    #[arg(
+        long = "input",
+        alias = "frames",
+        value_name = "SOURCE",
+        required = true
+    )]
     inputs: Vec<String>,
     /// One object's prompt (repeatable, one object and frame per flag), coordinates in frame
     /// pixels: `obj=1;frame=0;box=x0,y0,x1,y1`, `obj=2;t=2.5;point=x,y,1;point=x,y,0` (label 1

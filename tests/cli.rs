@@ -796,3 +796,232 @@ fn bf16_where_it_cannot_run_is_refused() {
     let o = run("f32");
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Three frames of a blue square moving down on a gray background (another stream's frames).
+fn track_frames_b(name: &str) -> PathBuf {
+    let dir = tmp(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..3u32 {
+        let y0 = 10 + 3 * i;
+        let img = image::RgbImage::from_fn(80, 72, |x, y| {
+            if (40..70).contains(&x) && (y0..y0 + 25).contains(&y) {
+                image::Rgb([40, 60, 210])
+            } else {
+                image::Rgb([110, 110, 110])
+            }
+        });
+        img.save(dir.join(format!("b{i}.png"))).unwrap();
+    }
+    dir
+}
+
+/// Every file under `dir` (relative path, bytes), sorted.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                files.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Two `--input`: one model, and each stream's outputs (masks, overlays, results.jsonl, logits)
+/// under `--out DIR/stream-N/` and `D.streamN.safetensors` are the bytes of a one-input run
+/// on that input; `stream=1;` routes a prompt to the second input.
+#[test]
+fn track_two_inputs_match_two_one_input_runs() {
+    let (a, b) = (track_frames("multi_a"), track_frames_b("multi_b"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = tmp("multi_out");
+    let dump = tmp("multi_dump.safetensors");
+    let _ = std::fs::remove_dir_all(&out);
+    let prompts = [
+        "obj=1;frame=0;box=20,15,50,45",
+        "stream=1;obj=2;frame=0;box=38,8,72,37",
+        "obj=3;frame=1;point=30,30,1",
+        "obj=4;frame=1;point=55,25,1;stream=1",
+    ];
+    let mut args = vec!["track", "--random-weights", "--input-size", "256"];
+    args.extend(["--input", a, "--input", b]);
+    for p in &prompts {
+        args.extend(["--prompt", p]);
+    }
+    let (out_arg, dump_arg) = (out.to_str().unwrap(), dump.to_str().unwrap());
+    args.extend(["--out", out_arg, "--overlay", "--dump-logits", dump_arg]);
+    let o = edgetam(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        summary.contains("stream 0: tracked 3 frames")
+            && summary.contains("stream 1: tracked 3 frames")
+            && summary.contains("stream 0: skipped 1 unreadable frame(s): frame3.png"),
+        "{summary}"
+    );
+    assert!(
+        stderr(&o).contains("stream 0: skipping frame 2 (frame3.png)"),
+        "{}",
+        stderr(&o)
+    );
+    // Routing: stream 0 has objects 1 and 3, stream 1 objects 2 and 4.
+    let s1 = sorted_names(&out.join("stream-1/masks"));
+    assert_eq!(
+        s1,
+        [
+            "000000_obj2.png",
+            "000001_obj2.png",
+            "000001_obj4.png",
+            "000002_obj2.png",
+            "000002_obj4.png"
+        ]
+    );
+    assert!(sorted_names(&out.join("stream-0/masks"))
+        .iter()
+        .all(|n| n.ends_with("_obj1.png") || n.ends_with("_obj3.png")));
+
+    // The same inputs one at a time, as today (`stream=0;` is accepted with one input).
+    let single = |input: &str, prompts: &[&str], n: usize| {
+        let out = tmp(&format!("multi_single{n}_out"));
+        let dump = tmp(&format!("multi_single{n}.safetensors"));
+        let _ = std::fs::remove_dir_all(&out);
+        let (out_arg, dump_arg) = (out.to_str().unwrap(), dump.to_str().unwrap());
+        let o = track(
+            Path::new(input),
+            prompts,
+            &["--out", out_arg, "--overlay", "--dump-logits", dump_arg],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        (tree(&out), std::fs::read(&dump).unwrap())
+    };
+    let one = single(a, &["stream=0;obj=1;box=20,15,50,45", prompts[2]], 0);
+    let two = single(
+        b,
+        &[
+            "obj=2;frame=0;box=38,8,72,37",
+            "obj=4;frame=1;point=55,25,1",
+        ],
+        1,
+    );
+    for (n, (files, dumped)) in [one, two].into_iter().enumerate() {
+        let multi = tree(&out.join(format!("stream-{n}")));
+        assert!(!multi.is_empty());
+        assert_eq!(
+            multi.iter().map(|f| &f.0).collect::<Vec<_>>(),
+            files.iter().map(|f| &f.0).collect::<Vec<_>>(),
+            "stream {n}: the same files"
+        );
+        for (m, s) in multi.iter().zip(&files) {
+            assert!(m.1 == s.1, "stream {n}: {} differs", m.0);
+        }
+        let multi_dump = std::fs::read(tmp(&format!("multi_dump.stream{n}.safetensors"))).unwrap();
+        assert!(multi_dump == dumped, "stream {n}: the dumped logits differ");
+    }
+}
+
+/// `edgetam track` with `args`, which must fail with the clear-error status 2 before the model
+/// loads; its stderr.
+fn track_usage_error(args: &[&str]) -> String {
+    let mut all = vec!["track", "--random-weights", "--input-size", "256"];
+    all.extend(args);
+    let o = edgetam(&all);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+    assert!(
+        !e.contains("meaningless"),
+        "refused after the model loaded: {e}"
+    );
+    e
+}
+
+#[test]
+fn track_stream_prompts_out_of_range_are_refused() {
+    let (a, b) = (track_frames("multi_err_a"), track_frames_b("multi_err_b"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = tmp("multi_err_out");
+    let out = out.to_str().unwrap();
+    let two = ["--input", a, "--input", b, "--out", out];
+    let e = track_usage_error(&[&two[..], &["--prompt", "stream=2;obj=1;box=1,2,30,40"]].concat());
+    assert!(
+        e.contains("stream 2") && e.contains("2 inputs (streams 0 to 1)"),
+        "{e}"
+    );
+    let one = ["--input", a, "--out", out];
+    let e = track_usage_error(&[&one[..], &["--prompt", "stream=1;obj=1;box=1,2,30,40"]].concat());
+    assert!(
+        e.contains("stream 1") && e.contains("1 input (stream 0)"),
+        "{e}"
+    );
+    let e = track_usage_error(&[&two[..], &["--prompt", "stream=x;obj=1;box=1,2,30,40"]].concat());
+    assert!(e.contains("`stream=x`"), "{e}");
+    // A prompt that does not fit its own stream's frames names the stream.
+    let e = track_usage_error(&[&two[..], &["--prompt", "stream=1;obj=1;box=1,2,90,40"]].concat());
+    assert!(e.contains("stream 1") && e.contains("outside"), "{e}");
+    // What cannot work per stream is refused, not ignored.
+    let e = track_usage_error(
+        &[
+            &two[..],
+            &["--prompt", "obj=1;box=1,2,30,40", "--encoder-ahead", "off"],
+        ]
+        .concat(),
+    );
+    assert!(e.contains("--encoder-ahead off"), "{e}");
+}
+
+#[test]
+fn bench_compares_streams_in_one_pipeline_and_independent_ones() {
+    let json = tmp("bench_streams.json");
+    let args = ["--streams", "1,2", "--frames", "2", "--warmup", "1"];
+    let o = bench(
+        "256",
+        &[&args[..], &["--json", json.to_str().unwrap()]].concat(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for column in [
+        "streams",
+        "mode",
+        "aggregate FPS",
+        "FPS/stream",
+        "p50 ms",
+        "p95 ms",
+        "worst p95 ms",
+    ] {
+        assert!(out.contains(column), "table lacks `{column}`:\n{out}");
+    }
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" multi ") || l.contains(" independent "))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        4,
+        "1 and 2 streams x multi and independent:\n{out}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = doc["streams"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        let n = r["streams"].as_u64().unwrap() as usize;
+        assert!(r["aggregate_fps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["latency_p95_ms"].as_f64().unwrap() >= r["latency_median_ms"].as_f64().unwrap());
+        let per = r["per_stream"].as_array().unwrap();
+        assert_eq!(per.len(), n);
+        for s in per {
+            assert_eq!(s["latency_ms"].as_array().unwrap().len(), 2, "{s}");
+            assert!(s["latency_median_ms"].as_f64().unwrap() > 0.0, "{s}");
+        }
+    }
+    // The stream comparison replaces the stage tables; what it would ignore is refused.
+    let o = bench("256", &["--streams", "2", "--objects", "3"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}

@@ -308,11 +308,8 @@ pub(super) fn track_multi(args: TrackArgs) -> Result<()> {
                 Source::Folder { .. } => {
                     // Started on the first frame tracked (its size), at --fps (30).
                     let rate = args.fps.unwrap_or(30.0);
-                    sink.video_later = Some((
-                        path.clone(),
-                        format,
-                        ((rate * 1000.0).round() as i32, 1000),
-                    ));
+                    sink.video_later =
+                        Some((path.clone(), format, ((rate * 1000.0).round() as i32, 1000)));
                 }
                 Source::Video { source, .. } => {
                     sink.encoder = Some(video::start_encoder(path, format, source)?);
@@ -376,7 +373,11 @@ pub(super) fn track_multi(args: TrackArgs) -> Result<()> {
         let looped = (|| -> Result<bool> {
             let mut interrupted = false;
             loop {
-                if !interrupted && interrupt.as_ref().is_some_and(|i| i.load(Ordering::Relaxed)) {
+                if !interrupted
+                    && interrupt
+                        .as_ref()
+                        .is_some_and(|i| i.load(Ordering::Relaxed))
+                {
                     interrupted = true;
                     halt_ref.store(true, Ordering::Relaxed);
                     bars.suspend(|| {

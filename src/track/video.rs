@@ -351,6 +351,8 @@ pub(super) fn track_video(args: TrackArgs) -> Result<()> {
     });
     let interrupted = looped?;
     let fed = fed?;
-    let stopped = fed.check(&label, interrupted, |w| sink.pb.suspend(|| eprintln!("{w}")))?;
+    let stopped = fed.check(&label, interrupted, |w| {
+        sink.pb.suspend(|| eprintln!("{w}"))
+    })?;
     sink.finish(&paths, &label, stopped.as_deref())
 }
