@@ -886,6 +886,19 @@ mod tests {
     }
 
     #[test]
+    fn stream_outputs_are_named_after_the_stream() {
+        assert_eq!(
+            stream_file(Path::new("out/run.webm"), 1),
+            Path::new("out/run.stream1.webm")
+        );
+        assert_eq!(
+            stream_file(Path::new("d.safetensors"), 0),
+            Path::new("d.stream0.safetensors")
+        );
+        assert_eq!(stream_file(Path::new("dump"), 3), Path::new("dump.stream3"));
+    }
+
+    #[test]
     fn timed_prompt_specs() {
         let p = parse_timed_spec("obj=2; t=2.5 ;box=1,2,30,40").unwrap();
         assert_eq!((p.spec.obj, p.spec.frame, p.t), (2, 0, Some(2.5)));
@@ -901,6 +914,12 @@ mod tests {
         let e = parse_timed_spec("obj=1;t=1;t=2;box=1,2,3,4").unwrap_err();
         assert!(e.contains("twice"), "{e}");
         assert!(parse_timed_spec("obj=1;t=1").is_err());
+        // stream=N routes a prompt to an input (default 0), anywhere in the spec.
+        let p = parse_timed_spec("stream=2;obj=1;t=0.5;box=1,2,3,4").unwrap();
+        assert_eq!((p.stream, p.spec.obj, p.t), (2, 1, Some(0.5)));
+        assert_eq!(parse_timed_spec("obj=1;box=1,2,3,4").unwrap().stream, 0);
+        let e = parse_timed_spec("obj=1;stream=-1;box=1,2,3,4").unwrap_err();
+        assert!(e.contains("`stream=-1`"), "{e}");
         // A folder's t= needs its rate.
         let p = parse_timed_spec("obj=1;t=0.25;box=1,2,3,4").unwrap();
         assert_eq!(folder_frame(&p, Some(10.0)).unwrap(), 3);
