@@ -545,3 +545,54 @@ fn rtsp_stream_from_a_loopback_server() {
     assert_eq!(decode(&video), (tracked, 96, 64));
     no_partial_files(&dir);
 }
+
+/// Three `--input` (a lossless video, its frames as a folder, a live source): three streams of
+/// one model, each with its own `--out DIR/stream-N/` and its own output video
+/// (`NAME.streamN.webm`); the video and its frames give the same masks.
+#[test]
+fn several_inputs_give_a_video_each() {
+    let dir = frames("multi_frames");
+    let mkv = tmp("multi.mkv");
+    encode_frames(&dir, "video/x-raw,format=RGB ! matroskamux", &mkv);
+    let out = tmp("multi_out");
+    let videos = tmp("multi_videos");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&videos).unwrap();
+    let video = videos.join("overlay.webm");
+    let live = "gst:videotestsrc is-live=true ! video/x-raw,width=64,height=48,framerate=30/1";
+    let mut cmd = edgetam_cmd(&["track", "--random-weights", "--input-size", "256"]);
+    cmd.args(["--input", mkv.to_str().unwrap(), "--input"])
+        .args([dir.to_str().unwrap(), "--input", live])
+        .args(["--prompt", "obj=1;frame=0;box=10,12,37,37"])
+        .args(["--prompt", "stream=1;obj=1;frame=0;box=10,12,37,37"])
+        .args(["--prompt", "stream=2;obj=1;point=20,20,1"])
+        .args(["--max-frames", "5", "--out", out.to_str().unwrap()])
+        .args(["--output-video", video.to_str().unwrap()]);
+    let o = cmd.output().expect("run edgetam");
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for n in 0..2 {
+        assert!(
+            stdout.contains(&format!("stream {n}: tracked 5 frames"))
+                && stdout.contains(&format!("overlay.stream{n}.webm (VP8, 5 frames)")),
+            "{stdout}"
+        );
+        assert_eq!(
+            decode(&videos.join(format!("overlay.stream{n}.webm"))),
+            (5, W, H)
+        );
+    }
+    assert!(
+        stdout.contains("stream 2: stopped: --max-frames"),
+        "{stdout}"
+    );
+    let (frames2, w2, h2) = decode(&videos.join("overlay.stream2.webm"));
+    assert!(frames2 >= 1 && (w2, h2) == (64, 48), "{frames2} {w2}x{h2}");
+    no_partial_files(&videos);
+    let (a, b) = (
+        sorted_files(&out.join("stream-0/masks")),
+        sorted_files(&out.join("stream-1/masks")),
+    );
+    assert_eq!(a.len(), 5);
+    assert!(a == b, "the video and its frames give other masks");
+}
