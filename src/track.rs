@@ -63,7 +63,22 @@ A frame file that cannot be read is reported and skipped, and the stream goes on
 the next readable frame as the next one); the exit status is then still 0, as long as at least one \
 frame was tracked. A prompt on a frame that cannot be read is an error. Errors (a missing or \
 unreadable input, a codec without a decoder (the message names the Debian package), a camera that \
-is not there, a prompt past the end) exit with status 2.";
+is not there, a prompt past the end) exit with status 2.
+
+Several inputs: give --input once per stream (numbered from 0 in the order given; files, \
+folders, cameras, URIs and gst: descriptions in any mix). One model tracks them all (the image \
+encoder runs on a frame of each stream in one call, on its own thread), each input read on its \
+own thread. `stream=N;` routes a prompt to input N (default 0), e.g. \
+--prompt 'stream=1;obj=1;box=10,10,50,40'; a stream past the last input is an error (status 2). \
+Object ids are per stream. Outputs per stream: --out DIR/stream-N/, --output-video \
+NAME.streamN.EXT, --dump-logits D.streamN.safetensors (masks, results.jsonl and logits are the \
+bytes a one-input run on that input writes); --queue, --max-frames, --duration and --fps apply to every stream; \
+--encoder-ahead off is refused (several streams always encode ahead). Progress and summary lines \
+start with `stream N:`. With one --input nothing changes.
+
+  edgetam track --model yonigozlan/EdgeTAM-hf --input /dev/video0 --input left/ \\
+      --prompt 'obj=1;box=200,120,420,380' --prompt 'stream=1;obj=1;frame=0;box=40,60,200,220' \\
+      --out tracked/ --output-video tracked.webm";
 
 #[derive(Args)]
 pub struct TrackArgs {
