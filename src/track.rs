@@ -394,6 +394,7 @@ struct OutPaths {
     out: Option<PathBuf>,
     overlay: bool,
     dump_logits: Option<PathBuf>,
+    #[cfg_attr(not(feature = "video"), allow(dead_code))]
     output_video: Option<PathBuf>,
 }
 

@@ -429,6 +429,7 @@ pub(super) fn track_multi(args: TrackArgs) -> Result<()> {
     // Every stream's prompts that never came to a frame are checked before any output is
     // finished (an error leaves no summary of the others).
     let mut ends = Vec::new();
+    #[cfg_attr(not(feature = "video"), allow(unused_variables))]
     for (n, (read, source)) in reads.into_iter().zip(&sources).enumerate() {
         let label = source.label();
         ends.push(match read {
