@@ -37,13 +37,14 @@ enum Command {
     /// Segment one object in one image from a box and/or points.
     Segment(SegmentArgs),
     /// Track objects through a video (file, camera, stream) or a folder of frames: mask PNGs,
-    /// results.jsonl, an overlay video.
+    /// results.jsonl, an overlay video; several --input are several streams on one model.
     #[command(after_help = track::AFTER_HELP)]
     Track(track::TrackArgs),
     /// Check every model stage against reference fixtures (exit status 1 on any failure).
     Check(CheckArgs),
     /// Per-frame latency, FPS and stage breakdown of whole tracked frames (image encoder
-    /// included) for 1..N objects, serial and encoder-ahead; table, JSON and SVG plot.
+    /// included) for 1..N objects, serial and encoder-ahead; table, JSON and SVG plot; with
+    /// --streams, one multi-stream pipeline against independent ones.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
     /// A long run of the frame-queue pipeline with objects added, re-prompted, removed and
