@@ -6,7 +6,7 @@
 use candle_core::{CustomOp1, Device, Tensor};
 
 use crate::error::{Error, Result};
-use crate::kernels::{f32_slice, output_in_chunks};
+use crate::kernels::{f32_slice, output_in_chunks, run_tasks_with};
 
 /// Bilinear resize of f32 `[N, C, h, w]` to `[N, C, height, width]` (sides not zero), torch's
 /// arithmetic: separable, a width pass on the input rows, then a height pass, which is the
@@ -102,6 +102,56 @@ impl CustomOp1 for BilinearResize {
         });
         Ok((candle_core::CpuStorage::F32(out), shape))
     }
+}
+
+/// [`bilinear`] of one `h x w` plane of logits to `height x width`, then `> 0`, as bytes (1
+/// inside): the tracker's full-resolution mask without the float plane in memory (written,
+/// then read back by the comparison and copied to the host). The same products and sums as
+/// [`BilinearResize`] per pixel, so the same mask bit for bit.
+pub(crate) fn bilinear_mask(
+    plane: &[f32],
+    (h, w): (usize, usize),
+    (height, width): (usize, usize),
+) -> Vec<u8> {
+    let mut mask = vec![0u8; height * width];
+    if h == 0 || w == 0 || plane.len() < h * w || width == 0 {
+        return mask;
+    }
+    let op = BilinearResize {
+        rows: LinearTaps::new(h, height),
+        cols: LinearTaps::new(w, width),
+    };
+    let mut tmp = vec![0f32; h * width];
+    for (row, out) in plane.chunks_exact(w).zip(tmp.chunks_exact_mut(width)) {
+        op.width_pass(row, out);
+    }
+    let r = &op.rows;
+    const CHUNK_ROWS: usize = 64;
+    let tasks: Vec<(usize, &mut [u8])> = mask.chunks_mut(CHUNK_ROWS * width).enumerate().collect();
+    run_tasks_with(
+        tasks,
+        crate::kernels::threads(),
+        || (),
+        |_, (k, rows)| {
+            for (j, out_row) in rows.chunks_exact_mut(width).enumerate() {
+                let y = k * CHUNK_ROWS + j;
+                if h == height {
+                    let a = &tmp[y * width..][..width];
+                    for (o, &v) in out_row.iter_mut().zip(a) {
+                        *o = u8::from(v > 0.0);
+                    }
+                    continue;
+                }
+                let a = &tmp[r.i0[y] as usize * width..][..width];
+                let b = &tmp[r.i1[y] as usize * width..][..width];
+                let (l0, l1) = (r.l0[y], r.l1[y]);
+                for ((o, &a), &b) in out_row.iter_mut().zip(a).zip(b) {
+                    *o = u8::from(a * l0 + b * l1 > 0.0);
+                }
+            }
+        },
+    );
+    mask
 }
 
 /// Linear interpolation along one axis of an NCHW tensor (`dim` 2 or 3).
@@ -292,6 +342,23 @@ mod tests {
                 crate::checks::compare::same_bits(&fast, &slow)?,
                 "{hh}x{ww}"
             );
+        }
+        Ok(())
+    }
+
+    /// The fused mask equals the resized float plane's `> 0`, pixel for pixel, on upscales
+    /// (the tracker's case, 128 -> 640x360 and larger than 64 rows per task), downscales,
+    /// one-axis and same-size resizes; logits of exactly 0 stay outside.
+    #[test]
+    fn bilinear_mask_is_the_resized_plane_above_zero() -> Result<()> {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 3.0, (1, 1, 32, 32), &dev)?;
+        let x = x.broadcast_mul(&x.ge(0.5)?.to_dtype(candle_core::DType::F32)?)?;
+        let plane: Vec<f32> = x.flatten_all()?.to_vec1()?;
+        for (hh, ww) in [(360, 640), (5, 7), (32, 100), (100, 32), (32, 32), (1, 1)] {
+            let want: Vec<u8> = bilinear(&x, hh, ww)?.gt(0.0)?.flatten_all()?.to_vec1()?;
+            let got = bilinear_mask(&plane, (32, 32), (hh, ww));
+            assert_eq!(got, want, "{hh}x{ww}");
         }
         Ok(())
     }

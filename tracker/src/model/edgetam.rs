@@ -632,6 +632,38 @@ impl EdgeTam {
         &self.no_object_pointer
     }
 
+    /// The binary mask at the original image resolution on the host (`H x W` bytes, 1 inside):
+    /// [`Self::mask_at_original`]'s mask, on the CPU in one pass from the low-res logits.
+    pub(crate) fn mask_bytes_at_original(
+        &self,
+        image: &ImageEmbedding,
+        seg: &Segmentation,
+    ) -> Result<Vec<u8>> {
+        let (w, h) = image.original_size;
+        let logits = &seg.low_res_logits;
+        match logits.dims4() {
+            Ok((1, 1, lh, lw))
+                if logits.device().is_cpu() && lh > 0 && lw > 0 && w > 0 && h > 0 =>
+            {
+                let plane = logits
+                    .flatten_all()?
+                    .to_dtype(DType::F32)?
+                    .to_vec1::<f32>()?;
+                Ok(crate::kernels::resize::bilinear_mask(
+                    &plane,
+                    (lh, lw),
+                    (h, w),
+                ))
+            }
+            _ => {
+                let (_, mask) = self.mask_at_original(image, seg)?;
+                let mask = mask.flatten_all()?.to_dtype(DType::U8)?;
+                crate::instrument::transfer::note_download(&mask);
+                Ok(mask.to_vec1::<u8>()?)
+            }
+        }
+    }
+
     /// Mask logits at the original image resolution `[1,1,H,W]` and the binary mask `[H,W]` (u8).
     pub fn mask_at_original(
         &self,
@@ -657,15 +689,18 @@ pub fn mask_area_and_box_host(data: &[u8], w: usize, h: usize) -> (usize, Option
     let mut area = 0;
     let (mut x0, mut y0, mut x1, mut y1) = (usize::MAX, usize::MAX, 0, 0);
     for (y, row) in data.chunks(w.max(1)).take(h).enumerate() {
-        for (x, &v) in row.iter().enumerate() {
-            if v != 0 {
-                area += 1;
-                x0 = x0.min(x);
-                y0 = y0.min(y);
-                x1 = x1.max(x);
-                y1 = y1.max(y);
-            }
-        }
+        // Per row: the count (a vectorised sum) and the first and last inside pixel.
+        let (Some(first), Some(last)) = (
+            row.iter().position(|&v| v != 0),
+            row.iter().rposition(|&v| v != 0),
+        ) else {
+            continue;
+        };
+        area += row[first..=last].iter().filter(|&&v| v != 0).count();
+        x0 = x0.min(first);
+        x1 = x1.max(last);
+        y0 = y0.min(y);
+        y1 = y;
     }
     (area, (area > 0).then_some([x0, y0, x1, y1]))
 }
@@ -745,5 +780,56 @@ impl VideoModules {
             occlusion_embedding,
             mask_downsample,
         })
+    }
+}
+
+#[cfg(test)]
+mod mask_stats_tests {
+    use super::mask_area_and_box_host;
+
+    /// Area and box against a pixel-by-pixel count, on empty, one-pixel, edge and random masks
+    /// (values other than 1 count as inside too).
+    #[test]
+    fn area_and_box_match_a_pixel_count() {
+        let naive = |data: &[u8], w: usize, h: usize| {
+            let mut area = 0;
+            let mut b = [usize::MAX, usize::MAX, 0, 0];
+            for y in 0..h {
+                for x in 0..w {
+                    if data[y * w + x] != 0 {
+                        area += 1;
+                        b = [b[0].min(x), b[1].min(y), b[2].max(x), b[3].max(y)];
+                    }
+                }
+            }
+            (area, (area > 0).then_some(b))
+        };
+        let mut state = 12345u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        for (w, h) in [(1usize, 1usize), (7, 3), (64, 33), (640, 360)] {
+            let mut cases = vec![vec![0u8; w * h], vec![255u8; w * h]];
+            let mut one = vec![0u8; w * h];
+            one[w * h - 1] = 1;
+            cases.push(one);
+            for density in [2u32, 50, 97] {
+                cases.push(
+                    (0..w * h)
+                        .map(|_| u8::from(next() % 100 < density))
+                        .collect(),
+                );
+            }
+            for data in cases {
+                assert_eq!(
+                    mask_area_and_box_host(&data, w, h),
+                    naive(&data, w, h),
+                    "{w}x{h}"
+                );
+            }
+        }
     }
 }

@@ -601,12 +601,9 @@ fn object_result(
     seg: &Segmentation,
     prompted: bool,
 ) -> Result<ObjectResult> {
-    let (_, mask) = model.mask_at_original(image, seg)?;
     let (w, h) = image.original_size;
     // The frame's one download of the mask (area and box from the host copy).
-    let mask = mask.flatten_all()?.to_dtype(DType::U8)?;
-    crate::instrument::transfer::note_download(&mask);
-    let data = mask.to_vec1::<u8>()?;
+    let data = model.mask_bytes_at_original(image, seg)?;
     let (area, bbox) = mask_area_and_box_host(&data, w, h);
     Ok(ObjectResult {
         id,
