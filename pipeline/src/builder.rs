@@ -15,7 +15,7 @@ use crate::producer::{Producer, Stage2};
 use crate::queue::{Msg, Shared};
 use crate::track_stage::TrackStage;
 use crate::types::{DropPolicy, ResolutionChange};
-use crate::workers::{make_pool, StagePool, TrackHook};
+use crate::workers::{encoder_ahead_pools, make_pool, StagePool, TrackHook};
 
 /// Settings of a [`Pipeline`].
 pub struct PipelineBuilder {
@@ -111,30 +111,24 @@ impl PipelineBuilder {
         let (out_tx, out_rx) = crossbeam_channel::unbounded();
         let tracker = Tracker::with_options(self.model.clone(), self.tracker_options);
         // With encoder-ahead each stage gets a pool of its own (see `threads`).
-        let stage_threads = self
-            .threads
-            .unwrap_or_else(|| (rayon::current_num_threads() / 2).max(1));
-        let stage_pool = match self.encoder_ahead {
-            true => StagePool {
-                pool: make_pool(Some(stage_threads))?,
-                // Chosen by default: with more objects the tracking outweighs the encoder
-                // (about one object's worth) and takes every core back.
-                max_objects: if self.threads.is_some() {
-                    usize::MAX
-                } else {
-                    1
+        let (stage_pool, encoder_pool) = match self.encoder_ahead {
+            true => {
+                let (track, encoder) = encoder_ahead_pools(self.threads)?;
+                (track, Some(encoder))
+            }
+            false => (
+                StagePool {
+                    pool: make_pool(self.threads)?,
+                    max_objects: usize::MAX,
                 },
-            },
-            false => StagePool {
-                pool: make_pool(self.threads)?,
-                max_objects: usize::MAX,
-            },
+                None,
+            ),
         };
         let stage = TrackStage::new(tracker, self.resolution_change, self.hook, stage_pool);
         let mut threads = Vec::new();
-        if self.encoder_ahead {
+        if let Some(encoder_pool) = encoder_pool {
             let (tx, rx) = crossbeam_channel::bounded::<Stage2>(1);
-            let producer = Producer::new(self.model.clone(), make_pool(Some(stage_threads))?);
+            let producer = Producer::new(self.model.clone(), encoder_pool);
             let (sh, out) = (shared.clone(), out_tx.clone());
             threads.push(spawn(
                 "edgetam-encoder",

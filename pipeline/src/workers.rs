@@ -35,6 +35,20 @@ pub(crate) fn make_pool(threads: Option<usize>) -> Result<Pool> {
         .transpose()
 }
 
+/// The two pools of encoder-ahead (a [`crate::Pipeline`] with it, and a
+/// [`crate::MultiPipeline`]): the tracking stage's and the encoder's, each of `threads` threads
+/// (default: half of rayon's global pool, at least one). Chosen by default, the tracking takes
+/// the global pool back above one object, where it outweighs the encoder (about one object's
+/// worth); set explicitly, the pools hold.
+pub(crate) fn encoder_ahead_pools(threads: Option<usize>) -> Result<(StagePool, Pool)> {
+    let stage_threads = threads.unwrap_or_else(|| (rayon::current_num_threads() / 2).max(1));
+    let track = StagePool {
+        pool: make_pool(Some(stage_threads))?,
+        max_objects: if threads.is_some() { usize::MAX } else { 1 },
+    };
+    Ok((track, make_pool(Some(stage_threads))?))
+}
+
 pub(crate) fn install<R: Send>(pool: &Pool, f: impl FnOnce() -> R + Send) -> R {
     match pool {
         Some(p) => p.install(f),

@@ -14,7 +14,7 @@ use crate::multi::schedule::{MultiMsg, MultiShared};
 use crate::multi::workers::{run_tracking, RoundEncoder};
 use crate::multi::MultiPipeline;
 use crate::types::{DropPolicy, ResolutionChange};
-use crate::workers::{make_pool, StagePool, TrackHook};
+use crate::workers::{encoder_ahead_pools, TrackHook};
 
 /// Settings of one stream of a [`MultiPipeline`] (see [`MultiPipeline::add_stream`]).
 #[derive(Debug, Clone)]
@@ -124,21 +124,8 @@ impl MultiPipelineBuilder {
         if self.max_batch == 0 {
             return Err(Error::Config("max_batch must be at least 1".into()));
         }
-        let stage_threads = self
-            .threads
-            .unwrap_or_else(|| (rayon::current_num_threads() / 2).max(1));
-        let track_pool = StagePool {
-            pool: make_pool(Some(stage_threads))?,
-            max_objects: match self.threads {
-                Some(_) => usize::MAX,
-                None => 1,
-            },
-        };
-        let encoder = RoundEncoder::new(
-            self.model.clone(),
-            make_pool(Some(stage_threads))?,
-            self.max_batch,
-        );
+        let (track_pool, encoder_pool) = encoder_ahead_pools(self.threads)?;
+        let encoder = RoundEncoder::new(self.model.clone(), encoder_pool, self.max_batch);
         let shared = Arc::new(MultiShared::default());
         let (out_tx, out_rx) = crossbeam_channel::unbounded();
         // A rendezvous: the encoder runs one round ahead of the tracking, no further (the
